@@ -1,0 +1,258 @@
+package transfer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/mooncake-go/mooncake/core/metadata"
+)
+
+// batch holds up to cap requests and their states.
+type batch struct {
+	capacity int
+	mu       struct {
+		sync.Mutex
+		tasks   []task
+		pending int           // tasks not yet finished
+		done    chan struct{} // closed when pending drops to 0; replaced on new submissions
+	}
+}
+
+type task struct {
+	req    Request
+	status Status
+	bytes  uint64
+	err    error
+}
+
+// AllocateBatch creates a batch that can hold up to size requests. Errors:
+// ErrInvalidArgument for size <= 0; ErrClosed. Mirrors upstream
+// allocateBatchID(batch_size).
+func (e *Engine) AllocateBatch(size int) (BatchID, error) {
+	if e.closed.Load() {
+		return 0, ErrClosed
+	}
+	if size <= 0 {
+		return 0, fmt.Errorf("%w: batch size %d", ErrInvalidArgument, size)
+	}
+	b := &batch{capacity: size}
+	b.mu.done = make(chan struct{})
+	close(b.mu.done)
+	id := BatchID(e.nextB.Add(1))
+	e.mu.Lock()
+	e.mu.batches[id] = b
+	e.mu.Unlock()
+	return id, nil
+}
+
+func (e *Engine) batch(id BatchID) (*batch, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.mu.batches[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidBatch, id)
+	}
+	return b, nil
+}
+
+// Submit queues reqs in batch id and returns at once; each request runs
+// asynchronously and is polled with Status (task index = order of
+// submission across all Submit calls of the batch). Requests that fail
+// validation (zero length, unregistered local source, unknown target
+// handle, remote range outside the peer's published buffers) are queued
+// already FAILED with the reason, so indices stay stable. Errors:
+// ErrInvalidBatch, ErrTooManyRequests (nothing queued), ErrClosed. Mirrors
+// upstream submitTransfer.
+func (e *Engine) Submit(id BatchID, reqs []Request) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	b, err := e.batch(id)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if len(b.mu.tasks)+len(reqs) > b.capacity {
+		n := len(b.mu.tasks)
+		b.mu.Unlock()
+		return fmt.Errorf("%w: batch %d holds %d of %d, %d more submitted", ErrTooManyRequests, id, n, b.capacity, len(reqs))
+	}
+	first := len(b.mu.tasks)
+	if b.mu.pending == 0 && len(reqs) > 0 {
+		b.mu.done = make(chan struct{})
+	}
+	for _, r := range reqs {
+		b.mu.tasks = append(b.mu.tasks, task{req: r, status: StatusWaiting})
+	}
+	b.mu.pending += len(reqs)
+	e.inflight.Add(len(reqs))
+	b.mu.Unlock()
+	for i := range reqs {
+		go e.run(b, first+i, reqs[i])
+	}
+	return nil
+}
+
+// run executes one request and records its outcome.
+func (e *Engine) run(b *batch, idx int, r Request) {
+	defer e.inflight.Done()
+	var err error
+	select {
+	case e.sem <- struct{}{}:
+		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RequestTimeout)
+		err = e.execute(ctx, r)
+		cancel()
+		<-e.sem
+	case <-e.ctx.Done():
+		err = fmt.Errorf("%w: engine closed before the request ran", ErrClosed)
+	}
+	b.mu.Lock()
+	t := &b.mu.tasks[idx]
+	if err != nil {
+		t.status, t.err = StatusFailed, err
+	} else {
+		t.status, t.bytes = StatusCompleted, r.Length
+	}
+	b.mu.pending--
+	if b.mu.pending == 0 {
+		close(b.mu.done)
+	}
+	b.mu.Unlock()
+}
+
+// execute performs one request synchronously.
+func (e *Engine) execute(ctx context.Context, r Request) error {
+	if r.Op != Read && r.Op != Write {
+		return fmt.Errorf("%w: opcode %d", ErrInvalidArgument, r.Op)
+	}
+	if r.Length == 0 {
+		return fmt.Errorf("%w: zero-length request", ErrInvalidArgument)
+	}
+	local, err := e.reg.Local(r.Source, r.Length)
+	if err != nil {
+		return fmt.Errorf("local source: %w", err)
+	}
+	if r.Target == LocalSegment {
+		remote, err := e.reg.Resolve(r.TargetOffset, r.Length)
+		if err != nil {
+			return fmt.Errorf("local target: %w", err)
+		}
+		if r.Op == Write {
+			copy(remote, local)
+		} else {
+			copy(local, remote)
+		}
+		return nil
+	}
+	e.mu.Lock()
+	s, ok := e.mu.segs[r.Target]
+	var desc *metadata.SegmentDesc
+	if ok {
+		desc = &s.desc
+	}
+	e.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: handle %d", ErrSegmentNotFound, r.Target)
+	}
+	if !descInRange(desc, r.TargetOffset, r.Length) {
+		return fmt.Errorf("%w: [%#x,+%d) not in a published buffer of segment %q", ErrAddressNotRegistered, r.TargetOffset, r.Length, s.name)
+	}
+	if err := s.peer.Do(ctx, r.Op, local, r.TargetOffset); err != nil {
+		return fmt.Errorf("%s %d bytes at %q %#x: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
+	}
+	return nil
+}
+
+// Status returns the state of request task of batch id. Errors:
+// ErrInvalidBatch; ErrInvalidArgument for an index never submitted.
+// Mirrors upstream getTransferStatus.
+func (e *Engine) Status(id BatchID, taskIdx int) (TaskStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return TaskStatus{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if taskIdx < 0 || taskIdx >= len(b.mu.tasks) {
+		return TaskStatus{}, fmt.Errorf("%w: task %d of batch %d (holds %d)", ErrInvalidArgument, taskIdx, id, len(b.mu.tasks))
+	}
+	t := b.mu.tasks[taskIdx]
+	return TaskStatus{Status: t.status, TransferredBytes: t.bytes, Err: t.err}, nil
+}
+
+// Wait blocks until every request submitted so far to batch id has finished
+// or ctx ends, then returns each request's status in submission order.
+// Errors: ErrInvalidBatch; ctx.Err() (statuses then reflect the moment of
+// return). A Go-side convenience over polling Status.
+func (e *Engine) Wait(ctx context.Context, id BatchID) ([]TaskStatus, error) {
+	b, err := e.batch(id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	done := b.mu.done
+	b.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]TaskStatus, len(b.mu.tasks))
+	for i, t := range b.mu.tasks {
+		out[i] = TaskStatus{Status: t.status, TransferredBytes: t.bytes, Err: t.err}
+	}
+	return out, err
+}
+
+// FreeBatch releases batch id. Errors: ErrInvalidBatch; ErrBatchBusy while
+// any request is still in flight (nothing is freed). Mirrors upstream
+// freeBatchID.
+func (e *Engine) FreeBatch(id BatchID) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.mu.batches[id]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrInvalidBatch, id)
+	}
+	b.mu.Lock()
+	pending := b.mu.pending
+	b.mu.Unlock()
+	if pending > 0 {
+		return fmt.Errorf("%w: batch %d has %d requests in flight", ErrBatchBusy, id, pending)
+	}
+	delete(e.mu.batches, id)
+	return nil
+}
+
+// TransferSync runs reqs in a fresh batch, waits for all of them and frees
+// the batch. It returns the first failure (wrapped, naming the request
+// index) or nil when every request completed. If ctx ends first it still
+// waits for the requests to settle before freeing the batch, so no request
+// outlives the call.
+func (e *Engine) TransferSync(ctx context.Context, reqs []Request) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	id, err := e.AllocateBatch(len(reqs))
+	if err != nil {
+		return err
+	}
+	if err := e.Submit(id, reqs); err != nil {
+		_ = e.FreeBatch(id)
+		return err
+	}
+	st, werr := e.Wait(ctx, id)
+	if werr != nil {
+		st, _ = e.Wait(context.Background(), id)
+	}
+	_ = e.FreeBatch(id)
+	for i, s := range st {
+		if s.Status != StatusCompleted {
+			return fmt.Errorf("transfer: request %d of %d: %w", i, len(reqs), s.Err)
+		}
+	}
+	return werr
+}

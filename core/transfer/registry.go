@@ -1,0 +1,118 @@
+package transfer
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/mooncake-go/mooncake/core/memory"
+)
+
+// Target resolves an incoming request's range against the memory a process
+// registered. Transports call it on the target side for every request, so a
+// peer can only reach registered, remote-accessible memory.
+type Target interface {
+	// Resolve returns the registered bytes [addr, addr+length) or an error
+	// wrapping ErrAddressNotRegistered when the range is not entirely inside
+	// one remote-accessible buffer (length 0 is invalid too).
+	Resolve(addr, length uint64) ([]byte, error)
+}
+
+// Buffer is one registered range.
+type Buffer struct {
+	Addr     uint64 // virtual address of the first byte
+	Length   uint64 // bytes
+	Location string // "cpu:0", "cuda:0", or "*" (upstream's location tag)
+	Remote   bool   // visible to peers (upstream remote_accessible)
+	bytes    []byte
+}
+
+// Registry is the set of buffers registered with one engine. It implements
+// Target for remote-accessible buffers. Safe for concurrent use.
+type Registry struct {
+	mu struct {
+		sync.RWMutex
+		bufs []Buffer // sorted by Addr, non-overlapping
+	}
+}
+
+// Add registers buf. Errors: ErrInvalidArgument for an empty buffer;
+// ErrAddressOverlapped if it overlaps a registered buffer (upstream rejects
+// overlapping registration the same way).
+func (r *Registry) Add(buf []byte, location string, remote bool) (Buffer, error) {
+	if len(buf) == 0 {
+		return Buffer{}, fmt.Errorf("%w: register an empty buffer", ErrInvalidArgument)
+	}
+	if location == "" {
+		location = "*"
+	}
+	b := Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := sort.Search(len(r.mu.bufs), func(i int) bool { return r.mu.bufs[i].Addr >= b.Addr })
+	if i > 0 {
+		p := r.mu.bufs[i-1]
+		if p.Addr+p.Length > b.Addr {
+			return Buffer{}, fmt.Errorf("%w: [%#x,+%d) overlaps [%#x,+%d)", ErrAddressOverlapped, b.Addr, b.Length, p.Addr, p.Length)
+		}
+	}
+	if i < len(r.mu.bufs) && b.Addr+b.Length > r.mu.bufs[i].Addr {
+		n := r.mu.bufs[i]
+		return Buffer{}, fmt.Errorf("%w: [%#x,+%d) overlaps [%#x,+%d)", ErrAddressOverlapped, b.Addr, b.Length, n.Addr, n.Length)
+	}
+	r.mu.bufs = append(r.mu.bufs, Buffer{})
+	copy(r.mu.bufs[i+1:], r.mu.bufs[i:])
+	r.mu.bufs[i] = b
+	return b, nil
+}
+
+// Remove unregisters the buffer starting at addr. Errors:
+// ErrAddressNotRegistered when no buffer starts there.
+func (r *Registry) Remove(addr uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, b := range r.mu.bufs {
+		if b.Addr == addr {
+			r.mu.bufs = append(r.mu.bufs[:i], r.mu.bufs[i+1:]...)
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: no buffer starts at %#x", ErrAddressNotRegistered, addr)
+}
+
+// Buffers returns a copy of the registered buffers, sorted by address.
+func (r *Registry) Buffers() []Buffer {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return append([]Buffer(nil), r.mu.bufs...)
+}
+
+// lookup returns the bytes of [addr, addr+length) when the range lies inside
+// one registered buffer (remote-accessible only, if remoteOnly).
+func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) {
+	if length == 0 {
+		return nil, fmt.Errorf("%w: zero-length range at %#x", ErrInvalidArgument, addr)
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	bufs := r.mu.bufs
+	i := sort.Search(len(bufs), func(i int) bool { return bufs[i].Addr > addr }) - 1
+	if i >= 0 {
+		b := bufs[i]
+		off := addr - b.Addr
+		if off < b.Length && length <= b.Length-off && (b.Remote || !remoteOnly) {
+			return b.bytes[off : off+length : off+length], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
+}
+
+// Resolve implements Target: only remote-accessible buffers are reachable.
+func (r *Registry) Resolve(addr, length uint64) ([]byte, error) {
+	return r.lookup(addr, length, true)
+}
+
+// Local resolves a range for this process's own use (any registered buffer).
+func (r *Registry) Local(addr, length uint64) ([]byte, error) {
+	return r.lookup(addr, length, false)
+}

@@ -1,0 +1,398 @@
+// Package tcp is the transfer engine's TCP transport. It speaks upstream
+// Mooncake's TCP data-plane framing, protocol v2 (acknowledged): a 24-byte
+// little-endian header (uint64 size, uint64 addr, uint8 opcode with bit 0x80
+// set, 7 bytes padding), then for WRITE the payload; the server answers with
+// 8-byte status frames whose high 32 bits are the magic "MCTV" (0x4D435456)
+// and whose low bits are 0 (OK) or 1 (address rejected). A READ response is a
+// status frame followed, when OK, by the bytes. A WRITE is acknowledged only
+// after its last byte was copied into the target's registered memory, so a
+// COMPLETED write is visible to every later read.
+//
+// The server checks every request against the engine's registered buffers
+// before touching memory; a rejected WRITE's payload is drained and
+// discarded, so an out-of-range request changes nothing.
+//
+// Connections to a peer are pooled (opened lazily, at most MaxConnsPerPeer
+// idle ones kept). A request that fails on a pooled connection that turns out
+// to be dead is retried once on a fresh connection; requests are idempotent
+// (same bytes, same address).
+//
+// Concurrency: a Transport and its peers are safe for concurrent use; each
+// request holds one connection for its duration.
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+const (
+	headerLen   = 24
+	statusLen   = 8
+	protoV2     = 0x80
+	statusMagic = uint64(0x4D435456) << 32
+	statusOK    = 0
+	statusRej   = 1
+)
+
+// Config configures a TCP transport. Zero values take the defaults.
+type Config struct {
+	// BindAddr is the listen address of the data plane; default
+	// "127.0.0.1:0" (an ephemeral port on loopback). Upstream:
+	// MC_TCP_BIND_ADDRESS.
+	BindAddr string
+	// Host is the address peers dial, published as ip_or_host_name; default
+	// the host part of the bound address.
+	Host string
+	// MaxConnsPerPeer caps idle pooled connections per peer; default 8.
+	MaxConnsPerPeer int
+	// DialTimeout bounds connecting; default 5 s (upstream
+	// MC_HANDSHAKE_CONNECT_TIMEOUT).
+	DialTimeout time.Duration
+}
+
+// Transport is the TCP transport. Create with New; install into one engine.
+type Transport struct {
+	cfg Config
+
+	mu struct {
+		sync.Mutex
+		ln     net.Listener
+		conns  map[net.Conn]struct{} // accepted, for Close
+		closed bool
+	}
+	wg sync.WaitGroup // accept loop and connection handlers
+}
+
+// New returns an unstarted TCP transport.
+func New(cfg Config) *Transport {
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = "127.0.0.1:0"
+	}
+	if cfg.MaxConnsPerPeer <= 0 {
+		cfg.MaxConnsPerPeer = 8
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	t := &Transport{cfg: cfg}
+	t.mu.conns = map[net.Conn]struct{}{}
+	return t
+}
+
+// Protocol implements transfer.Transport ("tcp").
+func (t *Transport) Protocol() string { return "tcp" }
+
+// Listen implements transfer.Transport: binds BindAddr and serves requests
+// against target. Errors: the listen error naming the address.
+func (t *Transport) Listen(name string, target transfer.Target) error {
+	ln, err := net.Listen("tcp", t.cfg.BindAddr)
+	if err != nil {
+		return fmt.Errorf("tcp: listen %s for segment %q: %w", t.cfg.BindAddr, name, err)
+	}
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		ln.Close()
+		return transfer.ErrClosed
+	}
+	t.mu.ln = ln
+	t.mu.Unlock()
+	t.wg.Add(1)
+	go t.accept(ln, target)
+	return nil
+}
+
+// Addr is the bound data-plane address (nil before Listen).
+func (t *Transport) Addr() net.Addr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.ln == nil {
+		return nil
+	}
+	return t.mu.ln.Addr()
+}
+
+// Publish implements transfer.Transport: protocol "tcp", tcp_data_port,
+// tcp_proto_version 2, and the host peers dial.
+func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
+	d.Protocol = "tcp"
+	d.TCPProtoVersion = 2
+	host := t.cfg.Host
+	if a, ok := t.Addr().(*net.TCPAddr); ok {
+		d.TCPDataPort = a.Port
+		rpc.RPCPort = a.Port
+		if host == "" {
+			host = a.IP.String()
+		}
+	}
+	rpc.IPOrHostName = host
+}
+
+func (t *Transport) accept(ln net.Listener, target transfer.Target) {
+	defer t.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		t.mu.Lock()
+		if t.mu.closed {
+			t.mu.Unlock()
+			c.Close()
+			return
+		}
+		t.mu.conns[c] = struct{}{}
+		t.mu.Unlock()
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			serve(c, target)
+			t.mu.Lock()
+			delete(t.mu.conns, c)
+			t.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// serve handles requests on one connection until EOF or an error.
+func serve(c net.Conn, target transfer.Target) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	var hdr [headerLen]byte
+	var st [statusLen]byte
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		size := binary.LittleEndian.Uint64(hdr[0:])
+		addr := binary.LittleEndian.Uint64(hdr[8:])
+		op := hdr[16]
+		v2 := op&protoV2 != 0
+		op &^= protoV2
+		buf, rerr := target.Resolve(addr, size)
+		switch transfer.Opcode(op) {
+		case transfer.Write:
+			if rerr != nil {
+				// Drain the payload so nothing lands, then refuse.
+				if _, err := io.CopyN(io.Discard, c, int64(size)); err != nil || !v2 {
+					return
+				}
+				if writeStatus(c, st[:], statusRej) != nil {
+					return
+				}
+				continue
+			}
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if v2 && writeStatus(c, st[:], statusOK) != nil {
+				return
+			}
+		case transfer.Read:
+			if rerr != nil {
+				if v2 {
+					writeStatus(c, st[:], statusRej)
+					continue
+				}
+				return // v1 has no way to refuse a read: drop the connection
+			}
+			if v2 {
+				binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
+				bufs := net.Buffers{st[:], buf}
+				if _, err := bufs.WriteTo(c); err != nil {
+					return
+				}
+			} else if _, err := c.Write(buf); err != nil {
+				return
+			}
+		default:
+			return // unknown opcode: protocol error, drop the connection
+		}
+	}
+}
+
+func writeStatus(c net.Conn, st []byte, code uint64) error {
+	binary.LittleEndian.PutUint64(st, statusMagic|code)
+	_, err := c.Write(st)
+	return err
+}
+
+// Dial implements transfer.Transport: a pooled peer for the segment's
+// ip_or_host_name:tcp_data_port. No connection is opened until the first
+// request. Errors: ErrInvalidArgument when the descriptor has no port or
+// host, or a proto version below 2 (v1 cannot acknowledge writes).
+func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metadata.RPCMeta) (transfer.Peer, error) {
+	if d.TCPDataPort <= 0 || rpc.IPOrHostName == "" {
+		return nil, fmt.Errorf("%w: segment %q has no tcp address (host %q, port %d)", transfer.ErrInvalidArgument, d.Name, rpc.IPOrHostName, d.TCPDataPort)
+	}
+	if d.TCPProtoVersion < 2 {
+		return nil, fmt.Errorf("%w: segment %q speaks tcp protocol v%d, acknowledged writes need v2", transfer.ErrUnsupported, d.Name, d.TCPProtoVersion)
+	}
+	p := &peer{
+		addr: net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort)),
+		idle: make(chan net.Conn, t.cfg.MaxConnsPerPeer),
+		dial: t.cfg.DialTimeout,
+	}
+	return p, nil
+}
+
+// Close implements transfer.Transport: stops accepting, closes served
+// connections and waits for their handlers. Peers dialled from this
+// transport are closed by their owners (the engine).
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return transfer.ErrClosed
+	}
+	t.mu.closed = true
+	ln := t.mu.ln
+	for c := range t.mu.conns {
+		c.Close()
+	}
+	t.mu.Unlock()
+	var err error
+	if ln != nil {
+		err = ln.Close()
+	}
+	t.wg.Wait()
+	return err
+}
+
+type peer struct {
+	addr   string
+	dial   time.Duration
+	idle   chan net.Conn // pooled idle connections
+	mu     sync.Mutex
+	closed bool
+}
+
+func (p *peer) get(ctx context.Context) (c net.Conn, pooled bool, err error) {
+	select {
+	case c := <-p.idle:
+		return c, true, nil
+	default:
+	}
+	d := net.Dialer{Timeout: p.dial}
+	c, err = d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	return c, false, nil
+}
+
+func (p *peer) put(c net.Conn) {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		c.Close()
+		return
+	}
+	select {
+	case p.idle <- c:
+	default:
+		c.Close()
+	}
+}
+
+// Do implements transfer.Peer.
+func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteAddr uint64) error {
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return transfer.ErrClosed
+	}
+	for attempt := 0; ; attempt++ {
+		c, pooled, err := p.get(ctx)
+		if err != nil {
+			return fmt.Errorf("tcp: dial %s: %w", p.addr, err)
+		}
+		err = p.do(ctx, c, op, local, remoteAddr)
+		if err == nil {
+			p.put(c)
+			return nil
+		}
+		if errors.Is(err, transfer.ErrRejected) {
+			p.put(c) // the stream is still in sync after a refusal
+			return err
+		}
+		c.Close()
+		// A pooled connection may have died while idle (peer restarted):
+		// retry once on a fresh connection.
+		if !pooled || attempt > 0 || ctx.Err() != nil {
+			return fmt.Errorf("tcp: %s: %w", p.addr, err)
+		}
+	}
+}
+
+func (p *peer) do(ctx context.Context, c net.Conn, op transfer.Opcode, local []byte, remoteAddr uint64) error {
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	} else {
+		c.SetDeadline(time.Time{})
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var hdr [headerLen]byte
+	binary.LittleEndian.PutUint64(hdr[0:], uint64(len(local)))
+	binary.LittleEndian.PutUint64(hdr[8:], remoteAddr)
+	hdr[16] = byte(op) | protoV2
+	if op == transfer.Write {
+		bufs := net.Buffers{hdr[:], local}
+		if _, err := bufs.WriteTo(c); err != nil {
+			return err
+		}
+	} else if _, err := c.Write(hdr[:]); err != nil {
+		return err
+	}
+	var st [statusLen]byte
+	if _, err := io.ReadFull(c, st[:]); err != nil {
+		return err
+	}
+	v := binary.LittleEndian.Uint64(st[:])
+	if v&0xFFFFFFFF00000000 != statusMagic {
+		return fmt.Errorf("tcp: bad status frame %#x", v)
+	}
+	if v&0xFFFFFFFF != statusOK {
+		return fmt.Errorf("%w: %s of %d bytes at %#x", transfer.ErrRejected, op, len(local), remoteAddr)
+	}
+	if op == transfer.Read {
+		if _, err := io.ReadFull(c, local); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close implements transfer.Peer: closes pooled connections.
+func (p *peer) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	for {
+		select {
+		case c := <-p.idle:
+			c.Close()
+		default:
+			return nil
+		}
+	}
+}

@@ -1,0 +1,256 @@
+// Package transfertest is the conformance suite every transfer transport
+// passes: the same tests run over tcp and loopback engines.
+package transfertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// NewTransport returns a fresh transport for one engine.
+type NewTransport func(t testing.TB) transfer.Transport
+
+// Pair is two engines sharing a metadata store, each with a registered 1 MiB
+// region, and a's handle for b's segment.
+type Pair struct {
+	A, B       *transfer.Engine
+	RA, RB     *memory.Region
+	BHandle    transfer.SegmentID
+	Meta       metadata.Store
+	Background context.Context
+}
+
+// NewPair builds a Pair; everything is closed by t.Cleanup.
+func NewPair(t testing.TB, meta metadata.Store, nt NewTransport) *Pair {
+	t.Helper()
+	ctx := context.Background()
+	p := &Pair{Meta: meta, Background: ctx}
+	mk := func(name string) (*transfer.Engine, *memory.Region) {
+		e, err := transfer.New(ctx, transfer.Config{Name: name, Metadata: meta, Transport: nt(t), RequestTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatalf("engine %s: %v", name, err)
+		}
+		r, err := memory.Map(1 << 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.RegisterLocalMemory(ctx, r.Bytes(), "cpu:0", true); err != nil {
+			t.Fatalf("register %s: %v", name, err)
+		}
+		t.Cleanup(func() {
+			e.Close()
+			r.Close()
+		})
+		return e, r
+	}
+	p.A, p.RA = mk("seg-a")
+	p.B, p.RB = mk("seg-b")
+	id, err := p.A.OpenSegment(ctx, "seg-b")
+	if err != nil {
+		t.Fatalf("open seg-b: %v", err)
+	}
+	p.BHandle = id
+	return p
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, newMeta func(t testing.TB) metadata.Store, nt NewTransport) {
+	t.Run("WriteThenRead", func(t *testing.T) { testWriteRead(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("ManyRequestsOneBatch", func(t *testing.T) { testMany(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("OutOfRangeRejected", func(t *testing.T) { testOutOfRange(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("BatchErrors", func(t *testing.T) { testBatchErrors(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("OpenSegmentErrors", func(t *testing.T) { testOpenErrors(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("LocalSegment", func(t *testing.T) { testLocal(t, NewPair(t, newMeta(t), nt)) })
+	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, NewPair(t, newMeta(t), nt)) })
+}
+
+func fill(b []byte, seed uint64) {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+}
+
+func testWriteRead(t *testing.T, p *Pair) {
+	a, b := p.RA.Bytes(), p.RB.Bytes()
+	fill(a[:65536], 1)
+	err := p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: p.RB.Addr() + 4096, Length: 65536}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b[4096:4096+65536], a[:65536]) {
+		t.Fatal("completed WRITE: target bytes differ")
+	}
+	fill(b[200000:300000], 2)
+	err = p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Read, Source: p.RA.Addr() + 500000, Target: p.BHandle, TargetOffset: p.RB.Addr() + 200000, Length: 100000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a[500000:600000], b[200000:300000]) {
+		t.Fatal("completed READ: local bytes differ")
+	}
+}
+
+func testMany(t *testing.T, p *Pair) {
+	a, b := p.RA.Bytes(), p.RB.Bytes()
+	fill(a, 3)
+	const n, sz = 64, 8192
+	id, err := p.A.AllocateBatch(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]transfer.Request, n)
+	for i := range reqs {
+		reqs[i] = transfer.Request{Op: transfer.Write, Source: p.RA.Addr() + uint64(i*sz), Target: p.BHandle, TargetOffset: p.RB.Addr() + uint64((n-1-i)*sz), Length: sz}
+	}
+	// Submit in two calls: indices continue across calls.
+	if err := p.A.Submit(id, reqs[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.Submit(id, reqs[10:]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.A.Wait(p.Background, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != n {
+		t.Fatalf("got %d statuses, want %d", len(st), n)
+	}
+	for i, s := range st {
+		if s.Status != transfer.StatusCompleted || s.TransferredBytes != sz {
+			t.Fatalf("task %d: %v %d %v", i, s.Status, s.TransferredBytes, s.Err)
+		}
+		got, err := p.A.Status(id, i)
+		if err != nil || got.Status != transfer.StatusCompleted {
+			t.Fatalf("Status(%d) = %v, %v", i, got, err)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if !bytes.Equal(a[i*sz:(i+1)*sz], b[(n-1-i)*sz:(n-i)*sz]) {
+			t.Fatalf("block %d misplaced", i)
+		}
+	}
+	if err := p.A.FreeBatch(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.A.Status(id, 0); !errors.Is(err, transfer.ErrInvalidBatch) {
+		t.Fatalf("Status after free = %v, want ErrInvalidBatch", err)
+	}
+}
+
+func testOutOfRange(t *testing.T, p *Pair) {
+	b := p.RB.Bytes()
+	fill(b, 4)
+	before := append([]byte(nil), b...)
+	a := p.RA.Bytes()
+	fill(a, 5)
+	beforeA := append([]byte(nil), a...)
+	base := p.RB.Addr()
+	cases := []struct {
+		name string
+		req  transfer.Request
+		want error
+	}{
+		{"write past end", transfer.Request{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base + (1 << 20) - 100, Length: 200}, transfer.ErrAddressNotRegistered},
+		{"write before start", transfer.Request{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base - 100, Length: 200}, transfer.ErrAddressNotRegistered},
+		{"read past end", transfer.Request{Op: transfer.Read, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base + (1 << 20), Length: 1}, transfer.ErrAddressNotRegistered},
+		{"huge length wraps", transfer.Request{Op: transfer.Read, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base + 10, Length: ^uint64(0) - 5}, transfer.ErrAddressNotRegistered},
+		{"local source unregistered", transfer.Request{Op: transfer.Write, Source: 4096, Target: p.BHandle, TargetOffset: base, Length: 10}, transfer.ErrAddressNotRegistered},
+		{"zero length", transfer.Request{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base, Length: 0}, transfer.ErrInvalidArgument},
+		{"bad opcode", transfer.Request{Op: 7, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base, Length: 1}, transfer.ErrInvalidArgument},
+		{"unknown handle", transfer.Request{Op: transfer.Write, Source: p.RA.Addr(), Target: 99, TargetOffset: base, Length: 1}, transfer.ErrSegmentNotFound},
+	}
+	for _, c := range cases {
+		err := p.A.TransferSync(p.Background, []transfer.Request{c.req})
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if !bytes.Equal(b, before) {
+		t.Fatal("a rejected request changed the target's memory")
+	}
+	if !bytes.Equal(a, beforeA) {
+		t.Fatal("a rejected request changed the initiator's memory")
+	}
+}
+
+func testBatchErrors(t *testing.T, p *Pair) {
+	if _, err := p.A.AllocateBatch(0); !errors.Is(err, transfer.ErrInvalidArgument) {
+		t.Errorf("AllocateBatch(0) = %v", err)
+	}
+	id, err := p.A.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := transfer.Request{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: p.RB.Addr(), Length: 16}
+	if err := p.A.Submit(id, []transfer.Request{r, r, r}); !errors.Is(err, transfer.ErrTooManyRequests) {
+		t.Errorf("3 requests in batch of 2: %v", err)
+	}
+	if _, err := p.A.Status(id, 0); !errors.Is(err, transfer.ErrInvalidArgument) {
+		t.Errorf("nothing must be queued after ErrTooManyRequests: %v", err)
+	}
+	if err := p.A.Submit(12345, []transfer.Request{r}); !errors.Is(err, transfer.ErrInvalidBatch) {
+		t.Errorf("unknown batch: %v", err)
+	}
+	if err := p.A.FreeBatch(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.FreeBatch(id); !errors.Is(err, transfer.ErrInvalidBatch) {
+		t.Errorf("double free: %v", err)
+	}
+}
+
+func testOpenErrors(t *testing.T, p *Pair) {
+	if _, err := p.A.OpenSegment(p.Background, "no-such-segment"); !errors.Is(err, transfer.ErrSegmentNotFound) {
+		t.Errorf("open unknown: %v", err)
+	}
+	again, err := p.A.OpenSegment(p.Background, "seg-b")
+	if err != nil || again != p.BHandle {
+		t.Errorf("reopen = %d, %v; want %d", again, err, p.BHandle)
+	}
+	if id, err := p.A.OpenSegment(p.Background, "seg-a"); err != nil || id != transfer.LocalSegment {
+		t.Errorf("open own = %d, %v", id, err)
+	}
+	if err := p.A.CloseSegment(p.BHandle); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.CloseSegment(p.BHandle); !errors.Is(err, transfer.ErrSegmentNotFound) {
+		t.Errorf("double close: %v", err)
+	}
+}
+
+func testLocal(t *testing.T, p *Pair) {
+	a := p.RA.Bytes()
+	fill(a[:1000], 6)
+	err := p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: transfer.LocalSegment, TargetOffset: p.RA.Addr() + 10000, Length: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a[:1000], a[10000:11000]) {
+		t.Fatal("local write did not copy")
+	}
+}
+
+func testPeerGone(t *testing.T, p *Pair) {
+	if err := p.B.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(p.Background, 10*time.Second)
+	defer cancel()
+	err := p.A.TransferSync(ctx, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: p.RB.Addr(), Length: 64}})
+	if err == nil {
+		t.Fatal("write to a closed peer reported success")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("write to a closed peer hung until the deadline")
+	}
+}

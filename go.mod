@@ -1,0 +1,3 @@
+module github.com/mooncake-go/mooncake
+
+go 1.26.8
