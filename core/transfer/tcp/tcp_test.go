@@ -16,7 +16,7 @@ import (
 )
 
 func newTCP(t testing.TB) transfer.Transport { return tcp.New(tcp.Config{}) }
-func newMeta(t testing.TB) metadata.Store   { return memmeta.New() }
+func newMeta(t testing.TB) metadata.Store    { return memmeta.New() }
 
 func TestConformance(t *testing.T) { transfertest.Run(t, newMeta, newTCP) }
 
@@ -93,4 +93,3 @@ func TestRawOutOfRange(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-

@@ -1,0 +1,285 @@
+// Package client is a KV-cache pool client: it talks to the master over gRPC
+// and moves value bytes with the transfer engine, mirroring upstream
+// Mooncake's store client (MooncakeDistributedStore: put/get, batch forms,
+// is_exist, remove, and the zero-copy put_from/get_into on registered
+// buffers). A client may also contribute memory to the pool: with
+// GlobalSegmentSize > 0 it maps that much DRAM, registers it with its engine
+// and mounts it at the master (a storage node is a client that only does
+// this).
+//
+// Reads honour leases: a read that finishes after the lease the master
+// granted fails with LEASE_EXPIRED, because the bytes may have been evicted
+// and overwritten under it.
+//
+// Concurrency: all methods are safe for concurrent use. Close unmounts the
+// segment, stops the heartbeat, closes the engine and then unmaps memory.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/mooncake-go/mooncake/core/alloc"
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// Config configures a Client. Names follow upstream's setup() arguments.
+type Config struct {
+	// LocalHostname is this client's transfer segment name, unique in the
+	// cluster (upstream local_hostname); default "<hostname>-<random>".
+	LocalHostname string
+	// MasterAddr is the master's gRPC address host:port (upstream
+	// master_server_addr); required.
+	MasterAddr string
+	// Metadata is the transfer engine's descriptor store (upstream
+	// metadata_server); required.
+	Metadata metadata.Store
+	// Transport is the transfer transport (upstream protocol); required.
+	Transport transfer.Transport
+	// GlobalSegmentSize is the DRAM in bytes contributed to the pool; 0 =
+	// pure client (upstream global_segment_size).
+	GlobalSegmentSize uint64
+	// LocalBufferSize is the registered scratch buffer in bytes used by the
+	// copying Put/Get; 0 = only zero-copy calls (upstream local_buffer_size).
+	LocalBufferSize uint64
+	// ReplicaNum is the default number of replicas per put; default 1.
+	ReplicaNum int
+	// PingInterval is the heartbeat period; default 1 s (upstream).
+	PingInterval time.Duration
+	// RPCTimeout bounds each master RPC; default 30 s (upstream MC_RPC_TIMEOUT_MS).
+	RPCTimeout time.Duration
+}
+
+// Client is a pool client. Create with New.
+type Client struct {
+	cfg     Config
+	id      string
+	conn    *grpc.ClientConn
+	rpc     pb.MasterClient
+	engine  *transfer.Engine
+	segment *memory.Region // contributed DRAM, or nil
+	segID   string
+	local   *memory.Region // scratch buffer, or nil
+	stop    chan struct{}
+	done    chan struct{}
+
+	mu struct {
+		sync.Mutex
+		scratch *alloc.Allocator // over local
+		closed  bool
+	}
+}
+
+func randomID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// New connects to the master, starts a transfer engine, maps and mounts the
+// global segment and maps the local buffer. Errors: INVALID_PARAMS for a bad
+// config; RPC_FAIL when the master cannot be reached (the first heartbeat is
+// sent synchronously); the engine's or the master's error otherwise; nothing
+// is left running on error.
+func New(ctx context.Context, cfg Config) (c *Client, err error) {
+	switch {
+	case cfg.MasterAddr == "":
+		return nil, store.Errorf(store.InvalidParams, "no master address")
+	case cfg.Metadata == nil:
+		return nil, store.Errorf(store.InvalidParams, "no metadata store")
+	case cfg.Transport == nil:
+		return nil, store.Errorf(store.InvalidParams, "no transport")
+	}
+	if cfg.LocalHostname == "" {
+		h, _ := os.Hostname()
+		cfg.LocalHostname = h + "-" + randomID()
+	}
+	if cfg.ReplicaNum <= 0 {
+		cfg.ReplicaNum = 1
+	}
+	if cfg.PingInterval <= 0 {
+		cfg.PingInterval = time.Second
+	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = 30 * time.Second
+	}
+	c = &Client{cfg: cfg, id: cfg.LocalHostname + "/" + randomID(), stop: make(chan struct{}), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			c.teardown()
+		}
+	}()
+	c.conn, err = grpc.NewClient(cfg.MasterAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, store.Errorf(store.RPCFail, "master %s: %v", cfg.MasterAddr, err)
+	}
+	c.rpc = pb.NewMasterClient(c.conn)
+	if _, err := c.ping(ctx); err != nil {
+		return nil, err
+	}
+	c.engine, err = transfer.New(ctx, transfer.Config{Name: cfg.LocalHostname, Metadata: cfg.Metadata, Transport: cfg.Transport})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.LocalBufferSize > 0 {
+		if c.local, err = memory.Map(int(cfg.LocalBufferSize)); err != nil {
+			return nil, err
+		}
+		if err = c.engine.RegisterLocalMemory(ctx, c.local.Bytes(), "cpu:0", false); err != nil {
+			return nil, err
+		}
+		if c.mu.scratch, err = alloc.New(cfg.LocalBufferSize); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.GlobalSegmentSize > 0 {
+		if c.segment, err = memory.Map(int(cfg.GlobalSegmentSize)); err != nil {
+			return nil, err
+		}
+		if err = c.engine.RegisterLocalMemory(ctx, c.segment.Bytes(), "cpu:0", true); err != nil {
+			return nil, err
+		}
+		c.segID = cfg.LocalHostname + "/" + randomID()
+		if err = c.mount(ctx); err != nil {
+			return nil, err
+		}
+	}
+	go c.heartbeat()
+	return c, nil
+}
+
+// ID is the client id sent with every mutating call.
+func (c *Client) ID() string { return c.id }
+
+// Engine is the client's transfer engine (to register buffers or move bytes
+// outside the pool).
+func (c *Client) Engine() *transfer.Engine { return c.engine }
+
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
+}
+
+func rpcErr(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return store.Errorf(store.RPCTimeout, "%s: %v", what, err)
+	}
+	return store.Errorf(store.RPCFail, "%s: %v", what, err)
+}
+
+func statusErr(s *pb.Status) error {
+	if s.GetCode() == 0 {
+		return nil
+	}
+	return &store.Error{Code: store.ErrorCode(s.Code), Msg: s.Message}
+}
+
+func (c *Client) mount(ctx context.Context) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	st, err := c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: &pb.Segment{
+		Id: c.segID, Name: c.cfg.LocalHostname, Base: c.segment.Addr(), Size: uint64(c.segment.Len()), Protocol: c.cfg.Transport.Protocol()}})
+	if err != nil {
+		return rpcErr("mount segment", err)
+	}
+	if err := statusErr(st); err != nil && !errors.Is(err, store.ErrSegmentExists) {
+		return err
+	}
+	return nil
+}
+
+func (c *Client) ping(ctx context.Context) (bool, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.Ping(ctx, &pb.PingRequest{ClientId: c.id})
+	if err != nil {
+		return false, rpcErr("ping master "+c.cfg.MasterAddr, err)
+	}
+	return r.NeedRemount, statusErr(r.Status)
+}
+
+// heartbeat pings every PingInterval and remounts when the master asks
+// (upstream NEED_REMOUNT after a master restart or a missed TTL).
+func (c *Client) heartbeat() {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			need, err := c.ping(context.Background())
+			if err == nil && need && c.segment != nil {
+				_ = c.mount(context.Background())
+			}
+		}
+	}
+}
+
+// Close unmounts the contributed segment (its objects vanish from the
+// pool), stops the heartbeat and releases everything. Errors: the unmount
+// RPC's error (teardown still completes).
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return transfer.ErrClosed
+	}
+	c.mu.closed = true
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.done
+	var err error
+	if c.segment != nil && c.rpc != nil {
+		ctx, cancel := c.rpcCtx(context.Background())
+		st, rerr := c.rpc.UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: c.segID})
+		cancel()
+		if rerr != nil {
+			err = rpcErr("unmount segment", rerr)
+		} else {
+			err = statusErr(st)
+		}
+	}
+	c.teardown()
+	return err
+}
+
+func (c *Client) teardown() {
+	if c.engine != nil {
+		c.engine.Close()
+	}
+	if c.segment != nil {
+		c.segment.Close()
+	}
+	if c.local != nil {
+		c.local.Close()
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+}
+
+// RegisterBuffer registers caller memory for zero-copy PutFrom/GetInto. buf
+// must be off the Go heap (package memory, or foreign memory) and stay valid
+// until UnregisterBuffer. Errors: the engine's (ErrAddressOverlapped, ...).
+// Mirrors upstream register_buffer.
+func (c *Client) RegisterBuffer(ctx context.Context, buf []byte) error {
+	return c.engine.RegisterLocalMemory(ctx, buf, "cpu:0", false)
+}
+
+// UnregisterBuffer undoes RegisterBuffer for the buffer starting at buf[0].
+func (c *Client) UnregisterBuffer(ctx context.Context, buf []byte) error {
+	return c.engine.UnregisterLocalMemory(ctx, memory.AddrOf(buf))
+}

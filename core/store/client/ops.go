@@ -1,0 +1,411 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// PutOptions are per-call replication settings (upstream ReplicateConfig).
+type PutOptions struct {
+	ReplicaNum       int    // 0 = the client's default
+	PreferredSegment string // segment name tried first
+}
+
+func (c *Client) replicaConfig(o *PutOptions) *pb.ReplicaConfig {
+	rc := &pb.ReplicaConfig{ReplicaNum: int32(c.cfg.ReplicaNum)}
+	if o != nil {
+		if o.ReplicaNum > 0 {
+			rc.ReplicaNum = int32(o.ReplicaNum)
+		}
+		rc.PreferredSegment = o.PreferredSegment
+	}
+	return rc
+}
+
+// BatchPutFrom stores each srcs[i] (registered memory) under keys[i] and
+// returns one error per key (nil = stored). Per key: PutStart at the master,
+// WRITE into every replica (acknowledged once landed), then PutEnd; a failed
+// write revokes the key. A key that already exists is reported as success
+// and keeps its old value (upstream: OBJECT_ALREADY_EXISTS is a no-op
+// success). Errors per key: INVALID_PARAMS (length mismatch, empty value),
+// NO_AVAILABLE_HANDLE, TRANSFER_FAIL (the transfer cause is kept),
+// RPC_FAIL. Mirrors upstream batch_put_from.
+func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte, opts *PutOptions) []error {
+	errs := make([]error, len(keys))
+	if len(srcs) != len(keys) {
+		for i := range errs {
+			errs[i] = store.Errorf(store.InvalidParams, "%d values for %d keys", len(srcs), len(keys))
+		}
+		return errs
+	}
+	if len(keys) == 0 {
+		return errs
+	}
+	sizes := make([]uint64, len(keys))
+	for i, s := range srcs {
+		sizes[i] = uint64(len(s))
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: keys, Sizes: sizes, Config: c.replicaConfig(opts)})
+	cancel()
+	if err != nil {
+		return fill(errs, rpcErr("put start", err))
+	}
+	if len(resp.Results) != len(keys) {
+		return fill(errs, store.Errorf(store.RPCFail, "put start: %d results for %d keys", len(resp.Results), len(keys)))
+	}
+	type write struct{ key, first, n int }
+	var reqs []transfer.Request
+	var writes []write
+	for i, r := range resp.Results {
+		if err := statusErr(r.Status); err != nil {
+			if !errors.Is(err, store.ErrObjectAlreadyExists) {
+				errs[i] = err
+			}
+			continue
+		}
+		w := write{key: i, first: len(reqs)}
+		for _, rep := range r.Replicas {
+			seg, err := c.engine.OpenSegment(ctx, rep.Segment)
+			if err != nil {
+				errs[i] = store.Errorf(store.TransferFail, "key %q: open segment %q: %v", keys[i], rep.Segment, err)
+				break
+			}
+			reqs = append(reqs, transfer.Request{Op: transfer.Write, Source: memory.AddrOf(srcs[i]), Target: seg, TargetOffset: rep.Addr, Length: sizes[i]})
+		}
+		w.n = len(reqs) - w.first
+		writes = append(writes, w)
+	}
+	st, terr := c.run(ctx, reqs)
+	var done, revoke []string
+	var doneIdx, revokeIdx []int
+	for _, w := range writes {
+		ok := errs[w.key] == nil && terr == nil
+		for j := w.first; ok && j < w.first+w.n; j++ {
+			if st[j].Status != transfer.StatusCompleted {
+				ok = false
+				errs[w.key] = store.Errorf(store.TransferFail, "key %q: write replica %d: %v", keys[w.key], j-w.first, st[j].Err)
+			}
+		}
+		if terr != nil && errs[w.key] == nil {
+			errs[w.key] = store.Errorf(store.TransferFail, "key %q: %v", keys[w.key], terr)
+		}
+		if ok {
+			done, doneIdx = append(done, keys[w.key]), append(doneIdx, w.key)
+		} else {
+			revoke, revokeIdx = append(revoke, keys[w.key]), append(revokeIdx, w.key)
+		}
+	}
+	c.finish(ctx, c.rpc.BatchPutEnd, "put end", done, doneIdx, errs)
+	// Revoke failures are reported but the write error stays the cause.
+	rerrs := make([]error, len(keys))
+	c.finish(ctx, c.rpc.BatchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
+	return errs
+}
+
+type keysCall func(ctx context.Context, in *pb.KeysRequest, opts ...grpc.CallOption) (*pb.StatusList, error)
+
+func (c *Client) finish(ctx context.Context, call keysCall, what string, keys []string, idx []int, errs []error) {
+	if len(keys) == 0 {
+		return
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := call(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	if err != nil || len(resp.Results) != len(keys) {
+		if err == nil {
+			err = fmt.Errorf("%d results for %d keys", len(resp.Results), len(keys))
+		}
+		for _, i := range idx {
+			errs[i] = rpcErr(what, err)
+		}
+		return
+	}
+	for j, s := range resp.Results {
+		if e := statusErr(s); e != nil {
+			errs[idx[j]] = e
+		}
+	}
+}
+
+// run executes reqs as one batch and waits for all of them.
+func (c *Client) run(ctx context.Context, reqs []transfer.Request) ([]transfer.TaskStatus, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	id, err := c.engine.AllocateBatch(len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.engine.Submit(id, reqs); err != nil {
+		_ = c.engine.FreeBatch(id)
+		return nil, err
+	}
+	st, err := c.engine.Wait(ctx, id)
+	if err != nil { // ctx ended: let the requests settle (each is bounded by the engine's timeout)
+		st, _ = c.engine.Wait(context.Background(), id)
+	}
+	_ = c.engine.FreeBatch(id)
+	return st, err
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// PutFrom stores src (registered memory) under key. See BatchPutFrom.
+func (c *Client) PutFrom(ctx context.Context, key string, src []byte, opts *PutOptions) error {
+	return c.BatchPutFrom(ctx, []string{key}, [][]byte{src}, opts)[0]
+}
+
+// BatchGetInto reads each keys[i] into dsts[i] (registered memory, at least
+// the value's size) and returns the bytes read per key, or an error per key:
+// OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY, BUFFER_OVERFLOW (dst too small),
+// TRANSFER_FAIL (every replica failed), LEASE_EXPIRED (the read finished
+// after the lease; dst content is then undefined), RPC_FAIL. The same key
+// may appear twice; every destination is filled (upstream issue #3876).
+// Mirrors upstream batch_get_into.
+func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte) ([]int, []error) {
+	n := make([]int, len(keys))
+	errs := make([]error, len(keys))
+	if len(dsts) != len(keys) {
+		return n, fill(errs, store.Errorf(store.InvalidParams, "%d buffers for %d keys", len(dsts), len(keys)))
+	}
+	if len(keys) == 0 {
+		return n, errs
+	}
+	granted := time.Now() // the lease starts no earlier than this
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	cancel()
+	if err != nil {
+		return n, fill(errs, rpcErr("get replica list", err))
+	}
+	if len(resp.Results) != len(keys) {
+		return n, fill(errs, store.Errorf(store.RPCFail, "get replica list: %d results for %d keys", len(resp.Results), len(keys)))
+	}
+	// First attempt: replica 0 of every key (one batch); failed keys retry
+	// on their other replicas one by one.
+	reqs := make([]transfer.Request, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	var lease time.Duration
+	for i, r := range resp.Results {
+		if err := statusErr(r.Status); err != nil {
+			errs[i] = err
+			continue
+		}
+		if len(r.Replicas) == 0 {
+			errs[i] = store.Errorf(store.InvalidReplica, "key %q has no replica", keys[i])
+			continue
+		}
+		size := r.Replicas[0].Size
+		if uint64(len(dsts[i])) < size {
+			errs[i] = store.Errorf(store.BufferOverflow, "key %q: value is %d bytes, buffer %d", keys[i], size, len(dsts[i]))
+			continue
+		}
+		lease = time.Duration(r.LeaseTtlMs) * time.Millisecond
+		req, err := c.readReq(ctx, r.Replicas[c.pick(r.Replicas)], dsts[i])
+		if err != nil {
+			errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], err)
+			continue
+		}
+		reqs = append(reqs, req)
+		idx = append(idx, i)
+	}
+	st, terr := c.run(ctx, reqs)
+	for j, i := range idx {
+		r := resp.Results[i]
+		if terr == nil && st[j].Status == transfer.StatusCompleted {
+			n[i] = int(r.Replicas[0].Size)
+			continue
+		}
+		cause := terr
+		if cause == nil {
+			cause = st[j].Err
+		}
+		errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], cause)
+		first := c.pick(r.Replicas)
+		for k, rep := range r.Replicas {
+			if k == first || ctx.Err() != nil {
+				continue
+			}
+			req, err := c.readReq(ctx, rep, dsts[i])
+			if err == nil {
+				var s []transfer.TaskStatus
+				s, err = c.run(ctx, []transfer.Request{req})
+				if err == nil && s[0].Status != transfer.StatusCompleted {
+					err = s[0].Err
+				}
+			}
+			if err == nil {
+				n[i], errs[i] = int(rep.Size), nil
+				break
+			}
+		}
+	}
+	if lease > 0 && time.Since(granted) > lease {
+		for i := range keys {
+			if errs[i] == nil {
+				n[i], errs[i] = 0, store.Errorf(store.LeaseExpired, "key %q: read took longer than the %v lease", keys[i], lease)
+			}
+		}
+	}
+	return n, errs
+}
+
+// pick prefers a replica on this client's own segment (a local copy), else
+// the first.
+func (c *Client) pick(rs []*pb.Replica) int {
+	for i, r := range rs {
+		if r.Segment == c.cfg.LocalHostname {
+			return i
+		}
+	}
+	return 0
+}
+
+func (c *Client) readReq(ctx context.Context, rep *pb.Replica, dst []byte) (transfer.Request, error) {
+	seg, err := c.engine.OpenSegment(ctx, rep.Segment)
+	if err != nil {
+		return transfer.Request{}, fmt.Errorf("open segment %q: %w", rep.Segment, err)
+	}
+	return transfer.Request{Op: transfer.Read, Source: memory.AddrOf(dst), Target: seg, TargetOffset: rep.Addr, Length: rep.Size}, nil
+}
+
+// GetInto reads key into dst (registered memory) and returns the bytes
+// read. See BatchGetInto.
+func (c *Client) GetInto(ctx context.Context, key string, dst []byte) (int, error) {
+	n, errs := c.BatchGetInto(ctx, []string{key}, [][]byte{dst})
+	return n[0], errs[0]
+}
+
+// BatchIsExist reports for each key whether it has a readable replica.
+// Errors: RPC_FAIL for the call; INVALID_PARAMS / INVALID_KEY naming the
+// first bad key. Existing keys get a lease, as upstream.
+func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error) {
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.rpc.BatchExistKey(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	if err != nil {
+		return nil, rpcErr("exist key", err)
+	}
+	if len(resp.Results) != len(keys) {
+		return nil, store.Errorf(store.RPCFail, "exist key: %d results for %d keys", len(resp.Results), len(keys))
+	}
+	for i, r := range resp.Results {
+		if err := statusErr(r.Status); err != nil {
+			return nil, err
+		}
+		out[i] = r.Exists
+	}
+	return out, nil
+}
+
+// IsExist reports whether key has a readable replica. See BatchIsExist.
+func (c *Client) IsExist(ctx context.Context, key string) (bool, error) {
+	r, err := c.BatchIsExist(ctx, []string{key})
+	if err != nil {
+		return false, err
+	}
+	return r[0], nil
+}
+
+// Remove deletes key. Errors: OBJECT_NOT_FOUND, OBJECT_HAS_LEASE (leased,
+// and not force), REPLICA_IS_NOT_READY, RPC_FAIL. Mirrors upstream
+// remove(key, force).
+func (c *Client) Remove(ctx context.Context, key string, force bool) error {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: c.id, Keys: []string{key}, Force: force})
+	if err != nil {
+		return rpcErr("remove", err)
+	}
+	if len(resp.Results) != 1 {
+		return store.Errorf(store.RPCFail, "remove: %d results", len(resp.Results))
+	}
+	return statusErr(resp.Results[0])
+}
+
+// scratch reserves n bytes of the local buffer; release returns them.
+func (c *Client) scratch(n int) ([]byte, func(), error) {
+	if c.local == nil {
+		return nil, nil, store.Errorf(store.BufferOverflow, "client has no local buffer (local_buffer_size = 0)")
+	}
+	c.mu.Lock()
+	off, err := c.mu.scratch.Alloc(uint64(n), 64)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, nil, store.Errorf(store.BufferOverflow, "%d bytes do not fit the %d-byte local buffer now: %v", n, c.local.Len(), err)
+	}
+	release := func() {
+		c.mu.Lock()
+		_ = c.mu.scratch.Free(off)
+		c.mu.Unlock()
+	}
+	return c.local.Bytes()[off : off+uint64(n)], release, nil
+}
+
+// Put stores a copy of value under key, staging it through the local
+// buffer. Errors as PutFrom, plus BUFFER_OVERFLOW when value does not fit the
+// local buffer; INVALID_PARAMS for an empty value. Mirrors upstream put.
+func (c *Client) Put(ctx context.Context, key string, value []byte, opts *PutOptions) error {
+	if len(value) == 0 {
+		return store.Errorf(store.InvalidParams, "key %q: empty value", key)
+	}
+	buf, release, err := c.scratch(len(value))
+	if err != nil {
+		return err
+	}
+	defer release()
+	copy(buf, value)
+	return c.PutFrom(ctx, key, buf, opts)
+}
+
+// Get returns a copy of key's value, staged through the local buffer.
+// Errors as GetInto, plus BUFFER_OVERFLOW when the value does not fit the
+// local buffer. Mirrors upstream get (which returns b"" on a miss; here the
+// miss is OBJECT_NOT_FOUND).
+func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: []string{key}})
+	cancel()
+	if err != nil {
+		return nil, rpcErr("get replica list", err)
+	}
+	if len(resp.Results) != 1 {
+		return nil, store.Errorf(store.RPCFail, "get replica list: %d results", len(resp.Results))
+	}
+	if err := statusErr(resp.Results[0].Status); err != nil {
+		return nil, err
+	}
+	if len(resp.Results[0].Replicas) == 0 {
+		return nil, store.Errorf(store.InvalidReplica, "key %q has no replica", key)
+	}
+	size := int(resp.Results[0].Replicas[0].Size)
+	buf, release, err := c.scratch(size)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	n, err := c.GetInto(ctx, key, buf)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), buf[:n]...), nil
+}

@@ -1,0 +1,19 @@
+// Package master is the KV-cache pool's master as pure logic: the object
+// table, space allocation over mounted segments, replicas, leases, client
+// liveness and eviction. It mirrors upstream Mooncake Store's MasterService
+// (PutStart / PutEnd / PutRevoke, GetReplicaList with leases, ExistKey,
+// Remove, MountSegment / UnmountSegment, Ping) with the same error codes.
+//
+// Determinism: a Master does no I/O, starts no goroutines and reads time only
+// through Config.Now and randomness only through Config.Rand, so a sequence
+// of calls replays identically (tests, traces). The server package owns the
+// loops (periodic Tick) and the lock.
+//
+// Concurrency: a Master is NOT safe for concurrent use; the caller serialises
+// calls (the server holds one mutex around every call).
+//
+// Invariants: every replica's range is allocated in its segment's allocator
+// exactly once; replicas of one object lie on distinct segments; only
+// complete objects are on the LRU list; an object whose lease has not expired
+// is never evicted, and neither is one being written.
+package master

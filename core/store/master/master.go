@@ -1,0 +1,643 @@
+package master
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/alloc"
+	"github.com/mooncake-go/mooncake/core/store"
+)
+
+// MaxKeyLen is the longest key accepted, in bytes.
+const MaxKeyLen = 4096
+
+// allocAlign is the alignment of every replica's start address, in bytes.
+const allocAlign = 64
+
+// Config configures a Master. Zero values take upstream's defaults.
+type Config struct {
+	// DefaultLeaseTTL is the lease granted by every read; default 10 s
+	// (upstream --default_kv_lease_ttl=10000 ms).
+	DefaultLeaseTTL time.Duration
+	// EvictionRatio is the fraction of capacity freed by one eviction pass;
+	// default 0.05 (upstream --eviction_ratio). Must be in (0,1].
+	EvictionRatio float64
+	// EvictionHighWatermark is the usage fraction above which Tick evicts;
+	// default 0.90 (upstream --eviction_high_watermark_ratio). 1.0 disables
+	// proactive eviction (allocation failures still evict).
+	EvictionHighWatermark float64
+	// PutStartDiscardTimeout is the age after which an unfinished PutStart
+	// may be taken over by a new PutStart of the same key; default 30 s.
+	PutStartDiscardTimeout time.Duration
+	// PutStartReleaseTimeout is how long a taken-over write's space stays
+	// reserved (its writer may still be writing) before it is freed; default
+	// 600 s.
+	PutStartReleaseTimeout time.Duration
+	// ClientTTL is how long a client stays alive without a Ping; when it
+	// passes, Tick unmounts the client's segments; default 10 s (upstream
+	// --client_ttl).
+	ClientTTL time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Rand drives placement; default a fixed-seed PCG (deterministic).
+	Rand *rand.Rand
+}
+
+func (c *Config) defaults() {
+	if c.DefaultLeaseTTL <= 0 {
+		c.DefaultLeaseTTL = 10 * time.Second
+	}
+	if c.EvictionRatio <= 0 {
+		c.EvictionRatio = 0.05
+	}
+	if c.EvictionHighWatermark <= 0 {
+		c.EvictionHighWatermark = 0.90
+	}
+	if c.PutStartDiscardTimeout <= 0 {
+		c.PutStartDiscardTimeout = 30 * time.Second
+	}
+	if c.PutStartReleaseTimeout <= 0 {
+		c.PutStartReleaseTimeout = 600 * time.Second
+	}
+	if c.ClientTTL <= 0 {
+		c.ClientTTL = 10 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Rand == nil {
+		c.Rand = rand.New(rand.NewPCG(1, 2))
+	}
+}
+
+// Validate reports an out-of-range setting.
+func (c *Config) Validate() error {
+	if c.EvictionRatio < 0 || c.EvictionRatio > 1 {
+		return store.Errorf(store.InvalidParams, "eviction_ratio %v not in [0,1]", c.EvictionRatio)
+	}
+	if c.EvictionHighWatermark < 0 || c.EvictionHighWatermark > 1 {
+		return store.Errorf(store.InvalidParams, "eviction_high_watermark_ratio %v not in [0,1]", c.EvictionHighWatermark)
+	}
+	return nil
+}
+
+// Segment is a range of memory a client mounted into the pool.
+type Segment struct {
+	ID       string // unique id chosen by the client (upstream: UUID)
+	Name     string // the client's transfer-engine segment name (transport endpoint)
+	Base     uint64 // virtual address of the first byte in the owner's process
+	Size     uint64 // bytes
+	Protocol string // "tcp", ...
+}
+
+// ReplicaConfig is the per-put replication request (upstream ReplicateConfig).
+type ReplicaConfig struct {
+	// ReplicaNum is the number of memory replicas wanted, each on a distinct
+	// segment; best effort: fewer are made when space is short. Must be > 0.
+	ReplicaNum int
+	// PreferredSegment is a segment name tried first (upstream preferred_segment).
+	PreferredSegment string
+}
+
+// ReplicaStatus mirrors upstream's replica status.
+type ReplicaStatus int
+
+const (
+	ReplicaProcessing ReplicaStatus = 2 // being written
+	ReplicaComplete   ReplicaStatus = 3 // readable
+)
+
+// Replica describes one copy of a value: read or write [Addr, Addr+Size) of
+// the transfer segment named Segment (upstream memory descriptor:
+// buffer_address, size, transport_endpoint).
+type Replica struct {
+	Segment   string // transport endpoint: the owner's transfer segment name
+	SegmentID string
+	Addr      uint64
+	Size      uint64
+	Status    ReplicaStatus
+}
+
+type segment struct {
+	Segment
+	client  string
+	alloc   *alloc.Allocator
+	objects map[*object]struct{} // objects with a replica here
+}
+
+type replica struct {
+	seg    *segment
+	offset uint64
+}
+
+type object struct {
+	key        string
+	size       uint64
+	replicas   []replica
+	owner      string
+	started    time.Time // PutStart time
+	complete   bool
+	leaseUntil time.Time
+	prev, next *object // LRU list (complete objects only); head.next is most recent
+}
+
+type discarded struct {
+	replicas []replica
+	release  time.Time
+}
+
+// Stats is a snapshot of the pool's usage.
+type Stats struct {
+	Capacity, Used uint64 // bytes over all mounted segments
+	Objects        int    // keys in the table (complete or being written)
+	Segments       int
+	Clients        int
+	EvictedObjects uint64 // total evicted since start
+	EvictedBytes   uint64
+	EvictionRuns   uint64
+	AllocFailures  uint64 // PutStart calls that found no space even after eviction
+	SegmentsDetail []SegmentStats
+	DiscardedBytes uint64 // space of taken-over writes not yet released
+}
+
+// SegmentStats is one segment's usage.
+type SegmentStats struct {
+	ID, Name       string
+	Capacity, Used uint64
+	Objects        int
+}
+
+// Master is the pool's metadata service. See the package doc.
+type Master struct {
+	cfg      Config
+	segs     map[string]*segment // by ID
+	order    []*segment          // placement order, sorted by ID
+	objects  map[string]*object
+	lru      object // sentinel of the LRU ring
+	clients  map[string]time.Time
+	discards []discarded
+	capacity uint64
+	used     uint64
+	stats    Stats
+}
+
+// New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
+func New(cfg Config) (*Master, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]time.Time{}}
+	m.lru.prev, m.lru.next = &m.lru, &m.lru
+	return m, nil
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (m *Master) Config() Config { return m.cfg }
+
+func (m *Master) lruRemove(o *object) {
+	if o.prev == nil {
+		return
+	}
+	o.prev.next, o.next.prev = o.next, o.prev
+	o.prev, o.next = nil, nil
+}
+
+func (m *Master) lruFront(o *object) {
+	m.lruRemove(o)
+	o.prev, o.next = &m.lru, m.lru.next
+	m.lru.next.prev = o
+	m.lru.next = o
+}
+
+func checkKey(key string) error {
+	if key == "" {
+		return store.Errorf(store.InvalidParams, "empty key")
+	}
+	if len(key) > MaxKeyLen {
+		return store.Errorf(store.InvalidKey, "key of %d bytes exceeds %d", len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func (m *Master) touchClient(client string) {
+	if client != "" {
+		m.clients[client] = m.cfg.Now().Add(m.cfg.ClientTTL)
+	}
+}
+
+// MountSegment adds seg, owned by client, to the pool. Errors:
+// INVALID_PARAMS (empty id or name, zero size, base 0); SEGMENT_ALREADY_EXISTS
+// (id already mounted). Mirrors upstream MountSegment.
+func (m *Master) MountSegment(seg Segment, client string) error {
+	switch {
+	case seg.ID == "":
+		return store.Errorf(store.InvalidParams, "segment id is empty")
+	case seg.Name == "":
+		return store.Errorf(store.InvalidParams, "segment %q has no name", seg.ID)
+	case seg.Size == 0:
+		return store.Errorf(store.InvalidParams, "segment %q has size 0", seg.ID)
+	case seg.Base == 0:
+		return store.Errorf(store.InvalidParams, "segment %q has base address 0", seg.ID)
+	}
+	if _, ok := m.segs[seg.ID]; ok {
+		return store.Errorf(store.SegmentAlreadyExists, "segment %q", seg.ID)
+	}
+	a, err := alloc.New(seg.Size)
+	if err != nil {
+		return store.Errorf(store.InvalidParams, "segment %q: %v", seg.ID, err)
+	}
+	s := &segment{Segment: seg, client: client, alloc: a, objects: map[*object]struct{}{}}
+	m.segs[seg.ID] = s
+	i := sort.Search(len(m.order), func(i int) bool { return m.order[i].ID >= seg.ID })
+	m.order = append(m.order, nil)
+	copy(m.order[i+1:], m.order[i:])
+	m.order[i] = s
+	m.capacity += seg.Size
+	m.touchClient(client)
+	return nil
+}
+
+// UnmountSegment removes a segment; every replica on it is dropped at once
+// and objects left without replicas disappear (an unfinished write of such an
+// object then fails at PutEnd with OBJECT_NOT_FOUND). Errors:
+// SEGMENT_NOT_FOUND. Mirrors upstream UnmountSegment.
+func (m *Master) UnmountSegment(id, client string) error {
+	s, ok := m.segs[id]
+	if !ok {
+		return store.Errorf(store.SegmentNotFound, "segment %q", id)
+	}
+	for o := range s.objects {
+		kept := o.replicas[:0]
+		for _, r := range o.replicas {
+			if r.seg != s {
+				kept = append(kept, r)
+			} else {
+				m.used -= o.size
+			}
+		}
+		o.replicas = kept
+		if len(kept) == 0 {
+			m.lruRemove(o)
+			delete(m.objects, o.key)
+		}
+	}
+	// Discarded ranges on this segment vanish with it.
+	for i := range m.discards {
+		kept := m.discards[i].replicas[:0]
+		for _, r := range m.discards[i].replicas {
+			if r.seg != s {
+				kept = append(kept, r)
+			} else {
+				sz, _ := s.alloc.SizeOf(r.offset)
+				m.stats.DiscardedBytes -= sz
+			}
+		}
+		m.discards[i].replicas = kept
+	}
+	delete(m.segs, id)
+	for i, x := range m.order {
+		if x == s {
+			m.order = append(m.order[:i], m.order[i+1:]...)
+			break
+		}
+	}
+	m.capacity -= s.Size
+	return nil
+}
+
+// Ping records that client is alive and reports whether it must remount:
+// needRemount is true when the master does not know the client (first
+// contact, or its TTL passed and its segments were unmounted). Mirrors
+// upstream Ping's ClientStatus OK / NEED_REMOUNT.
+func (m *Master) Ping(client string) (needRemount bool, err error) {
+	if client == "" {
+		return false, store.Errorf(store.InvalidParams, "empty client id")
+	}
+	_, known := m.clients[client]
+	m.touchClient(client)
+	return !known, nil
+}
+
+func (m *Master) free(o *object) {
+	for _, r := range o.replicas {
+		if err := r.seg.alloc.Free(r.offset); err == nil {
+			m.used -= o.size
+		}
+		delete(r.seg.objects, o)
+	}
+	o.replicas = nil
+	m.lruRemove(o)
+	delete(m.objects, o.key)
+}
+
+func (m *Master) descs(o *object) []Replica {
+	st := ReplicaProcessing
+	if o.complete {
+		st = ReplicaComplete
+	}
+	out := make([]Replica, len(o.replicas))
+	for i, r := range o.replicas {
+		out[i] = Replica{Segment: r.seg.Name, SegmentID: r.seg.ID, Addr: r.seg.Base + r.offset, Size: o.size, Status: st}
+	}
+	return out
+}
+
+// PutStart reserves space for key's value of size bytes: up to
+// cfg.ReplicaNum replicas on distinct segments, returned in PROCESSING state
+// for the caller to write. When space is short it evicts (least recently
+// used, unleased, complete objects) and retries, and returns fewer replicas
+// than asked if that is all that fits. Errors: INVALID_PARAMS (empty key,
+// size 0, ReplicaNum <= 0); INVALID_KEY (key too long); OBJECT_ALREADY_EXISTS
+// (complete, or being written for less than PutStartDiscardTimeout);
+// NO_AVAILABLE_HANDLE (nothing fits even after eviction, or no segments).
+// Mirrors upstream PutStart, except that upstream evicts asynchronously and
+// fails this call.
+func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([]Replica, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return nil, store.Errorf(store.InvalidParams, "key %q: value size 0", key)
+	}
+	if cfg.ReplicaNum <= 0 {
+		return nil, store.Errorf(store.InvalidParams, "key %q: replica_num %d", key, cfg.ReplicaNum)
+	}
+	m.touchClient(client)
+	now := m.cfg.Now()
+	m.releaseDiscards(now)
+	if o, ok := m.objects[key]; ok {
+		if o.complete || now.Sub(o.started) < m.cfg.PutStartDiscardTimeout {
+			return nil, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
+		}
+		// Take over a stale write: its writer may still be writing, so its
+		// space is only released after PutStartReleaseTimeout.
+		m.discards = append(m.discards, discarded{replicas: o.replicas, release: now.Add(m.cfg.PutStartReleaseTimeout)})
+		for _, r := range o.replicas {
+			delete(r.seg.objects, o)
+			m.stats.DiscardedBytes += o.size
+		}
+		o.replicas = nil
+		delete(m.objects, key)
+	}
+	if size > m.capacity {
+		return nil, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
+	}
+	o := &object{key: key, size: size, owner: client, started: now}
+	want := cfg.ReplicaNum
+	if want > len(m.order) {
+		want = len(m.order)
+	}
+	for round := 0; ; round++ {
+		m.place(o, want, cfg.PreferredSegment)
+		if len(o.replicas) == want || round == 4 {
+			break
+		}
+		if m.evict(now, m.evictTarget(size)) == 0 {
+			break
+		}
+	}
+	if len(o.replicas) == 0 {
+		m.stats.AllocFailures++
+		return nil, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
+	}
+	m.objects[key] = o
+	return m.descs(o), nil
+}
+
+// place allocates replicas of o until it has want of them, on segments not
+// yet holding one: the preferred segment first, then from a random start in
+// ID order (upstream's `random` strategy).
+func (m *Master) place(o *object, want int, preferred string) {
+	has := func(s *segment) bool {
+		for _, r := range o.replicas {
+			if r.seg == s {
+				return true
+			}
+		}
+		return false
+	}
+	try := func(s *segment) {
+		if len(o.replicas) >= want || has(s) {
+			return
+		}
+		off, err := s.alloc.Alloc(o.size, allocAlign)
+		if err != nil {
+			return
+		}
+		o.replicas = append(o.replicas, replica{seg: s, offset: off})
+		s.objects[o] = struct{}{}
+		m.used += o.size
+	}
+	if preferred != "" {
+		for _, s := range m.order {
+			if s.Name == preferred {
+				try(s)
+			}
+		}
+	}
+	n := len(m.order)
+	if n == 0 {
+		return
+	}
+	start := m.cfg.Rand.IntN(n)
+	for i := 0; i < n && len(o.replicas) < want; i++ {
+		try(m.order[(start+i)%n])
+	}
+}
+
+// evictTarget is the bytes one eviction pass frees: eviction_ratio of the
+// capacity, and at least need.
+func (m *Master) evictTarget(need uint64) uint64 {
+	t := uint64(m.cfg.EvictionRatio * float64(m.capacity))
+	return max(t, need)
+}
+
+// evict frees least recently used, unleased, complete objects until target
+// bytes were freed or no candidate is left; it returns the bytes freed.
+func (m *Master) evict(now time.Time, target uint64) uint64 {
+	var freed uint64
+	m.stats.EvictionRuns++
+	for o := m.lru.prev; o != &m.lru && freed < target; {
+		prev := o.prev
+		if !o.leaseUntil.After(now) {
+			freed += o.size * uint64(len(o.replicas))
+			m.stats.EvictedObjects++
+			m.stats.EvictedBytes += o.size * uint64(len(o.replicas))
+			m.free(o)
+		}
+		o = prev
+	}
+	return freed
+}
+
+// PutEnd marks key's replicas complete: the object becomes readable and the
+// most recently used. Idempotent on a complete object. Errors:
+// OBJECT_NOT_FOUND; ILLEGAL_CLIENT (another client's write). Mirrors
+// upstream PutEnd.
+func (m *Master) PutEnd(client, key string) error {
+	o, ok := m.objects[key]
+	if !ok {
+		return store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	if o.owner != client {
+		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, o.owner, client)
+	}
+	m.touchClient(client)
+	if o.complete {
+		return nil
+	}
+	o.complete = true
+	m.lruFront(o)
+	return nil
+}
+
+// PutRevoke abandons an unfinished write of key and frees its space.
+// Errors: OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (already
+// complete). Mirrors upstream PutRevoke.
+func (m *Master) PutRevoke(client, key string) error {
+	o, ok := m.objects[key]
+	if !ok {
+		return store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	if o.owner != client {
+		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, o.owner, client)
+	}
+	if o.complete {
+		return store.Errorf(store.InvalidWrite, "key %q is complete; nothing to revoke", key)
+	}
+	m.free(o)
+	return nil
+}
+
+// GetReplicaList returns key's readable replicas and grants (or extends) a
+// lease of DefaultLeaseTTL from now, during which the object is neither
+// evicted nor removed without force; the read counts as a use for LRU.
+// Errors: OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (still being written);
+// INVALID_PARAMS / INVALID_KEY for a bad key. Mirrors upstream
+// GetReplicaList.
+func (m *Master) GetReplicaList(key string) ([]Replica, time.Duration, error) {
+	if err := checkKey(key); err != nil {
+		return nil, 0, err
+	}
+	o, ok := m.objects[key]
+	if !ok {
+		return nil, 0, store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	if !o.complete {
+		return nil, 0, store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
+	}
+	m.grant(o)
+	return m.descs(o), m.cfg.DefaultLeaseTTL, nil
+}
+
+func (m *Master) grant(o *object) {
+	until := m.cfg.Now().Add(m.cfg.DefaultLeaseTTL)
+	if until.After(o.leaseUntil) {
+		o.leaseUntil = until
+	}
+	m.lruFront(o)
+}
+
+// ExistKey reports whether key has a readable replica; a true answer grants
+// a lease like GetReplicaList (upstream does the same). Errors: INVALID_PARAMS
+// / INVALID_KEY for a bad key.
+func (m *Master) ExistKey(key string) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	o, ok := m.objects[key]
+	if !ok || !o.complete {
+		return false, nil
+	}
+	m.grant(o)
+	return true, nil
+}
+
+// Remove deletes key and frees its space. Errors: OBJECT_NOT_FOUND;
+// REPLICA_IS_NOT_READY (being written); OBJECT_HAS_LEASE (leased and not
+// force). Mirrors upstream Remove(key, force).
+func (m *Master) Remove(key string, force bool) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	o, ok := m.objects[key]
+	if !ok {
+		return store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	if !o.complete {
+		return store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
+	}
+	if !force && o.leaseUntil.After(m.cfg.Now()) {
+		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", key, o.leaseUntil.Sub(m.cfg.Now()))
+	}
+	m.free(o)
+	return nil
+}
+
+// Tick runs the periodic duties: unmount segments of clients whose TTL
+// passed, release expired discarded writes, and evict when usage is above
+// the high watermark (freeing max(eviction_ratio, usage - watermark +
+// eviction_ratio) of capacity, as upstream). It returns the keys evicted.
+func (m *Master) Tick() (evicted int) {
+	now := m.cfg.Now()
+	for c, deadline := range m.clients {
+		if now.After(deadline) {
+			delete(m.clients, c)
+			for _, s := range append([]*segment(nil), m.order...) {
+				if s.client == c {
+					_ = m.UnmountSegment(s.ID, c)
+				}
+			}
+		}
+	}
+	m.releaseDiscards(now)
+	if m.capacity == 0 {
+		return 0
+	}
+	usage := float64(m.used) / float64(m.capacity)
+	if usage <= m.cfg.EvictionHighWatermark || m.cfg.EvictionHighWatermark >= 1 {
+		return 0
+	}
+	frac := max(m.cfg.EvictionRatio, usage-m.cfg.EvictionHighWatermark+m.cfg.EvictionRatio)
+	before := m.stats.EvictedObjects
+	m.evict(now, uint64(frac*float64(m.capacity)))
+	return int(m.stats.EvictedObjects - before)
+}
+
+func (m *Master) releaseDiscards(now time.Time) {
+	kept := m.discards[:0]
+	for _, d := range m.discards {
+		if now.Before(d.release) {
+			kept = append(kept, d)
+			continue
+		}
+		for _, r := range d.replicas {
+			if sz, ok := r.seg.alloc.SizeOf(r.offset); ok {
+				m.stats.DiscardedBytes -= sz
+				m.used -= sz
+				_ = r.seg.alloc.Free(r.offset)
+			}
+		}
+	}
+	m.discards = kept
+}
+
+// Stats returns a usage snapshot.
+func (m *Master) Stats() Stats {
+	s := m.stats
+	s.Capacity, s.Used = m.capacity, m.used
+	s.Objects, s.Segments, s.Clients = len(m.objects), len(m.order), len(m.clients)
+	for _, seg := range m.order {
+		st := seg.alloc.Stats()
+		s.SegmentsDetail = append(s.SegmentsDetail, SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: len(seg.objects)})
+	}
+	return s
+}
+
+// String is a one-line summary for logs.
+func (s Stats) String() string {
+	return fmt.Sprintf("used %d/%d bytes, %d objects, %d segments, %d evicted", s.Used, s.Capacity, s.Objects, s.Segments, s.EvictedObjects)
+}

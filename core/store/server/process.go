@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/metadata/memmeta"
+	"github.com/mooncake-go/mooncake/core/store/master"
+)
+
+// ProcessConfig is what `mooncake master` runs: the gRPC service, the
+// metrics/health HTTP endpoint and, optionally, the embedded HTTP metadata
+// server for transfer-engine descriptors.
+type ProcessConfig struct {
+	Master master.Config
+	// RPCAddr is the gRPC listen address; upstream default port 50051.
+	RPCAddr string
+	// MetricsAddr serves /metrics and /health; upstream default port 9003;
+	// "" = off.
+	MetricsAddr string
+	// MetadataAddr serves the HTTP metadata protocol at /metadata; upstream
+	// default port 8080 (--enable_http_metadata_server); "" = off.
+	MetadataAddr string
+	// TickInterval as Options.TickInterval.
+	TickInterval time.Duration
+}
+
+// Process is a running master.
+type Process struct {
+	Server *Server
+	// RPCAddr, MetricsAddr, MetadataURL are the bound addresses (useful with
+	// port 0). MetadataURL is "http://host:port/metadata" or "".
+	RPCAddr, MetricsAddr, MetadataURL string
+
+	rpcLn  net.Listener
+	http   []*http.Server
+	served chan error
+}
+
+// Start binds every listener and starts serving. Errors: INVALID_PARAMS
+// from the master config; a listen error naming the address. Nothing is left
+// running on error.
+func Start(cfg ProcessConfig) (p *Process, err error) {
+	m, err := master.New(cfg.Master)
+	if err != nil {
+		return nil, err
+	}
+	p = &Process{served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.rpcLn, err = net.Listen("tcp", cfg.RPCAddr); err != nil {
+		return nil, fmt.Errorf("master: rpc listen %s: %w", cfg.RPCAddr, err)
+	}
+	p.RPCAddr = p.rpcLn.Addr().String()
+	p.Server = New(m, Options{TickInterval: cfg.TickInterval})
+	serveHTTP := func(addr string, h http.Handler) (string, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return "", err
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		p.http = append(p.http, hs)
+		go hs.Serve(ln)
+		return ln.Addr().String(), nil
+	}
+	if cfg.MetricsAddr != "" {
+		if p.MetricsAddr, err = serveHTTP(cfg.MetricsAddr, p.Server.HTTPHandler()); err != nil {
+			return nil, fmt.Errorf("master: metrics listen %s: %w", cfg.MetricsAddr, err)
+		}
+	}
+	if cfg.MetadataAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metadata", httpmeta.NewHandler(memmeta.New()))
+		a, err := serveHTTP(cfg.MetadataAddr, mux)
+		if err != nil {
+			return nil, fmt.Errorf("master: metadata listen %s: %w", cfg.MetadataAddr, err)
+		}
+		p.MetadataURL = "http://" + a + "/metadata"
+	}
+	ln := p.rpcLn
+	go func() { p.served <- p.Server.Serve(ln) }()
+	return p, nil
+}
+
+// Wait blocks until the gRPC server stops or ctx ends.
+func (p *Process) Wait(ctx context.Context) error {
+	select {
+	case err := <-p.served:
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops everything: HTTP servers, then the master service.
+func (p *Process) Close() {
+	for _, hs := range p.http {
+		hs.Close()
+	}
+	if p.Server != nil {
+		p.Server.Close()
+	} else if p.rpcLn != nil {
+		p.rpcLn.Close()
+	}
+}
