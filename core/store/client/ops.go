@@ -409,3 +409,15 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	}
 	return append([]byte(nil), buf[:n]...), nil
 }
+
+// Stats returns the master's usage snapshot (operator listing). Errors:
+// RPC_FAIL.
+func (c *Client) Stats(ctx context.Context) (*pb.StatsResponse, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	r, err := c.rpc.GetStats(rctx, &pb.StatsRequest{})
+	if err != nil {
+		return nil, rpcErr("get stats", err)
+	}
+	return r, nil
+}

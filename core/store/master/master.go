@@ -293,6 +293,7 @@ func (m *Master) UnmountSegment(id, client string) error {
 			} else {
 				sz, _ := s.alloc.SizeOf(r.offset)
 				m.stats.DiscardedBytes -= sz
+				m.used -= sz
 			}
 		}
 		m.discards[i].replicas = kept

@@ -266,7 +266,7 @@ func TestLRUBoundReusesSlots(t *testing.T) {
 // slightly higher ratios: the "tokens" runs check them against pinned
 // values and against the README with a tolerance.
 func TestLRUBoundTraces(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "testdata", "traces")
+	dir := filepath.Join("..", "..", "replay", "traces")
 	type point struct {
 		capacity int64
 		readme   float64 // block hit ratio in the README

@@ -51,9 +51,10 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 		return nil, err
 	}
 	p = &Process{served: make(chan error, 1)}
+	started := p // p is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
-			p.Close()
+			started.Close()
 		}
 	}()
 	if p.rpcLn, err = net.Listen("tcp", cfg.RPCAddr); err != nil {
@@ -110,7 +111,10 @@ func (p *Process) Close() {
 	}
 	if p.Server != nil {
 		p.Server.Close()
-	} else if p.rpcLn != nil {
+	}
+	// The gRPC server closes the listener only if it was serving it (not
+	// when Start failed before Serve); a second Close is harmless.
+	if p.rpcLn != nil {
 		p.rpcLn.Close()
 	}
 }

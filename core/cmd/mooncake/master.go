@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mooncake-go/mooncake/core/store/master"
+	"github.com/mooncake-go/mooncake/core/store/server"
+)
+
+func masterCmd() *cobra.Command {
+	var (
+		rpcPort, metricsPort, metaPort            int
+		rpcAddr, metricsHost, metaHost            string
+		enableMeta                                bool
+		leaseTTL                                  int64
+		evictRatio, watermark                     float64
+		clientTTL, discardTimeout, releaseTimeout int64
+	)
+	c := &cobra.Command{
+		Use:   "master",
+		Short: "Run the pool's master (gRPC on --rpc_port, /metrics and /health on --metrics_port, HTTP metadata on --http_metadata_server_port)",
+		Long: `Run the KV-cache pool's master. Flags and defaults follow upstream
+mooncake_master; the embedded HTTP metadata server is on by default here so
+one command runs a whole single-machine pool.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := server.ProcessConfig{
+				Master: master.Config{
+					DefaultLeaseTTL:        time.Duration(leaseTTL) * time.Millisecond,
+					EvictionRatio:          evictRatio,
+					EvictionHighWatermark:  watermark,
+					ClientTTL:              time.Duration(clientTTL) * time.Second,
+					PutStartDiscardTimeout: time.Duration(discardTimeout) * time.Second,
+					PutStartReleaseTimeout: time.Duration(releaseTimeout) * time.Second,
+				},
+				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
+			}
+			if metricsPort > 0 {
+				cfg.MetricsAddr = net.JoinHostPort(metricsHost, strconv.Itoa(metricsPort))
+			}
+			if enableMeta {
+				cfg.MetadataAddr = net.JoinHostPort(metaHost, strconv.Itoa(metaPort))
+			}
+			p, err := server.Start(cfg)
+			if err != nil {
+				return &exitError{1, "mooncake master: " + err.Error()}
+			}
+			defer p.Close()
+			fmt.Fprintf(os.Stderr, "mooncake master: rpc %s", p.RPCAddr)
+			if p.MetricsAddr != "" {
+				fmt.Fprintf(os.Stderr, ", metrics http://%s/metrics", p.MetricsAddr)
+			}
+			if p.MetadataURL != "" {
+				fmt.Fprintf(os.Stderr, ", metadata %s", p.MetadataURL)
+			}
+			fmt.Fprintln(os.Stderr)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := p.Wait(ctx); err != nil && ctx.Err() == nil {
+				return err
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&rpcPort, "rpc_port", 50051, "gRPC port")
+	f.StringVar(&rpcAddr, "rpc_address", "0.0.0.0", "gRPC bind address")
+	f.IntVar(&metricsPort, "metrics_port", 9003, "port of /metrics and /health (0 = off)")
+	f.StringVar(&metricsHost, "metrics_host", "0.0.0.0", "bind address of /metrics and /health")
+	f.BoolVar(&enableMeta, "enable_http_metadata_server", true, "serve the transfer-engine HTTP metadata protocol at /metadata")
+	f.IntVar(&metaPort, "http_metadata_server_port", 8080, "HTTP metadata server port")
+	f.StringVar(&metaHost, "http_metadata_server_host", "0.0.0.0", "HTTP metadata server bind address")
+	f.Int64Var(&leaseTTL, "default_kv_lease_ttl", 10000, "lease granted by each read, ms")
+	f.Float64Var(&evictRatio, "eviction_ratio", 0.05, "fraction of capacity freed per eviction pass, in (0,1]")
+	f.Float64Var(&watermark, "eviction_high_watermark_ratio", 0.90, "usage above which eviction runs (1.0 = only when an allocation fails)")
+	f.Int64Var(&clientTTL, "client_ttl", 10, "seconds a client stays alive without a heartbeat")
+	f.Int64Var(&discardTimeout, "put_start_discard_timeout_sec", 30, "age after which an unfinished put may be taken over, s")
+	f.Int64Var(&releaseTimeout, "put_start_release_timeout_sec", 600, "delay before a taken-over put's space is freed, s")
+	return c
+}

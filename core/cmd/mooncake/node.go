@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/transfer/tcp"
+)
+
+func nodeCmd() *cobra.Command {
+	var masterAddr, metaURL, segSize, hostname, bind, protocol string
+	c := &cobra.Command{
+		Use:   "node",
+		Short: "Contribute --segment-size bytes of DRAM to a master's pool",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			size, err := geometry.ParseSize(segSize)
+			if err != nil || size <= 0 {
+				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size %q: must be a positive size such as 4GiB", segSize)}
+			}
+			if protocol != "tcp" {
+				return &exitError{2, fmt.Sprintf("mooncake node: unsupported: protocol %q (built: tcp)", protocol)}
+			}
+			if metaURL == "" {
+				host, _, err := net.SplitHostPort(masterAddr)
+				if err != nil {
+					return &exitError{2, fmt.Sprintf("mooncake node: --master %q: %v", masterAddr, err)}
+				}
+				metaURL = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
+			}
+			meta, err := httpmeta.NewClient(metaURL)
+			if err != nil {
+				return &exitError{2, "mooncake node: --metadata_server: " + err.Error()}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cl, err := client.New(ctx, client.Config{
+				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
+				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
+			})
+			if err != nil {
+				return &exitError{1, "mooncake node: " + err.Error()}
+			}
+			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s\n", hostname, geometry.FormatSize(size), masterAddr)
+			<-ctx.Done()
+			return cl.Close()
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address (upstream master_server_address)")
+	f.StringVar(&metaURL, "metadata_server", "", "transfer metadata server URL (default http://<master host>:8080/metadata)")
+	f.StringVar(&segSize, "segment-size", "4GiB", "DRAM contributed to the pool (upstream global_segment_size)")
+	f.StringVar(&hostname, "local_hostname", "", "this node's segment name, unique in the cluster (default <hostname>-<random>)")
+	f.StringVar(&bind, "bind", "0.0.0.0:0", "data-plane listen address (upstream MC_TCP_BIND_ADDRESS)")
+	f.StringVar(&protocol, "protocol", "tcp", "transfer protocol")
+	return c
+}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/replay"
+	"github.com/mooncake-go/mooncake/core/replay/trace"
+	"github.com/mooncake-go/mooncake/core/replay/traces"
+	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/store/localcluster"
+	"github.com/mooncake-go/mooncake/core/store/master"
+	"github.com/mooncake-go/mooncake/core/transfer/tcp"
+)
+
+// replayFlags are `mooncake replay`'s flags.
+type replayFlags struct {
+	tracePath, masterAddr, metaURL, poolSize, model string
+	nodes, limit                                    int
+	capacityTokens, bytesPerToken                   int64
+	speed                                           float64
+	jsonOut                                         bool
+	leaseTTL                                        time.Duration
+	evictRatio, watermark                           float64
+}
+
+// defaultCapacityTokens sizes the pool when neither --pool-size nor
+// --capacity-tokens is given: 3M tokens, the local-cache size the FAST'25
+// paper discusses.
+const defaultCapacityTokens = 3_000_000
+
+// defaultBytesPerToken is a scaled-down KV geometry (16 B/token = 8 KiB
+// blocks) so the whole conversation trace replays in about a minute on 2
+// cores; hit ratios depend only on tokens, not on bytes per token.
+const defaultBytesPerToken = 16
+
+func replayCmd() *cobra.Command {
+	var f replayFlags
+	c := &cobra.Command{
+		Use:   "replay",
+		Short: "Replay a Mooncake request trace against a KV-cache pool (default: the embedded conversation trace on an in-process pool)",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return runReplay(cmd, f) },
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.tracePath, "trace", "", "JSONL trace file (default: the embedded conversation_trace.jsonl)")
+	fl.StringVar(&f.masterAddr, "master", "", "master gRPC address; empty = start a master and --nodes nodes in-process on 127.0.0.1")
+	fl.StringVar(&f.metaURL, "metadata-server", "", "transfer metadata URL with --master (default http://<master host>:8080/metadata)")
+	fl.IntVar(&f.nodes, "nodes", 2, "in-process storage nodes")
+	fl.StringVar(&f.poolSize, "pool-size", "", "pool size, e.g. 512MiB, 4GiB (exclusive with --capacity-tokens)")
+	fl.Int64Var(&f.capacityTokens, "capacity-tokens", 0, "size the pool to hold N tokens at the chosen geometry (default 3000000)")
+	fl.Int64Var(&f.bytesPerToken, "bytes-per-token", 0, "KV bytes per token (default 16, or the --model's)")
+	fl.StringVar(&f.model, "model", "", "model geometry preset: "+fmt.Sprint(geometry.Names()))
+	fl.Float64Var(&f.speed, "speed", 0, "0 = as fast as possible; 1 = real time from the timestamps; X = X times real time")
+	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests (0 = all)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of the report")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", 100*time.Millisecond, "in-process master: lease granted by each read (a replay at full speed touches thousands of blocks per second; a 10 s lease would pin the whole pool)")
+	fl.Float64Var(&f.evictRatio, "eviction-ratio", 0.05, "in-process master: fraction of capacity freed per eviction pass")
+	fl.Float64Var(&f.watermark, "eviction-high-watermark", 1.0, "in-process master: usage above which eviction runs; 1.0 = only when an allocation fails, so the whole pool holds blocks as the offline bound assumes")
+	return c
+}
+
+func usage(format string, args ...any) error {
+	return &exitError{2, "mooncake replay: " + fmt.Sprintf(format, args...)}
+}
+
+func runReplay(cmd *cobra.Command, f replayFlags) error {
+	// Geometry and capacity.
+	bpt := f.bytesPerToken
+	if f.model != "" {
+		m, err := geometry.Lookup(f.model)
+		if err != nil {
+			return usage("--model: %v", err)
+		}
+		if bpt != 0 && bpt != m.BytesPerToken() {
+			return usage("--bytes-per-token %d contradicts --model %s (%d B/token)", bpt, m.Name, m.BytesPerToken())
+		}
+		bpt = m.BytesPerToken()
+	}
+	if bpt == 0 {
+		bpt = defaultBytesPerToken
+	}
+	if bpt < 0 {
+		return usage("--bytes-per-token %d must be > 0", bpt)
+	}
+	if f.poolSize != "" && f.capacityTokens != 0 {
+		return usage("give --pool-size or --capacity-tokens, not both")
+	}
+	capTokens := f.capacityTokens
+	if f.poolSize != "" {
+		n, err := geometry.ParseSize(f.poolSize)
+		if err != nil || n <= 0 {
+			return usage("--pool-size %q: must be a positive size such as 512MiB or 4GiB", f.poolSize)
+		}
+		capTokens = n / bpt
+	}
+	if capTokens == 0 {
+		capTokens = defaultCapacityTokens
+	}
+	if capTokens < 0 {
+		return usage("--capacity-tokens %d must be > 0", capTokens)
+	}
+	if f.nodes <= 0 {
+		return usage("--nodes %d must be > 0", f.nodes)
+	}
+	if f.speed < 0 {
+		return usage("--speed %v must be >= 0", f.speed)
+	}
+	poolBytes := capTokens * bpt
+
+	// Trace: parsed whole before anything starts, so a bad line costs nothing.
+	var reqs []trace.Request
+	var err error
+	if f.tracePath == "" {
+		reqs, err = readAll(trace.NewReader(bytes.NewReader(traces.Conversation), traces.ConversationName), f.limit)
+	} else {
+		reqs, err = trace.ReadFile(f.tracePath, f.limit)
+	}
+	if err != nil {
+		var le *trace.LineError
+		if errors.As(err, &le) {
+			return &exitError{2, le.Error()}
+		}
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return &exitError{1, fmt.Sprintf("mooncake replay: cannot read trace %s: %v", pe.Path, pe.Err)}
+		}
+		return &exitError{1, "mooncake replay: " + err.Error()}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// Pool: in-process or external.
+	var cl *client.Client
+	if f.masterAddr == "" {
+		seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
+		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, Master: master.Config{
+			DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark}})
+		if err != nil {
+			return &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
+		}
+		defer lc.Close()
+		if cl, err = lc.NewClient(ctx, client.Config{LocalHostname: "replay-client"}); err != nil {
+			return &exitError{1, "mooncake replay: " + err.Error()}
+		}
+	} else {
+		meta := f.metaURL
+		if meta == "" {
+			host, _, err := net.SplitHostPort(f.masterAddr)
+			if err != nil {
+				return usage("--master %q: %v", f.masterAddr, err)
+			}
+			meta = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
+		}
+		mc, err := httpmeta.NewClient(meta)
+		if err != nil {
+			return usage("--metadata-server: %v", err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
+		cancel()
+		if err != nil {
+			return &exitError{1, fmt.Sprintf("mooncake replay: master %s unreachable: %v", f.masterAddr, err)}
+		}
+	}
+	defer cl.Close()
+
+	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed}
+	if term.IsTerminal(int(os.Stderr.Fd())) && !f.jsonOut {
+		bar := progressbar.NewOptions(len(reqs), progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription("replay"), progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		cfg.Progress = func(done, total int) { bar.Set(done) }
+		defer bar.Finish()
+	}
+	rep, runErr := replay.Run(ctx, cl, reqs, cfg)
+	if st, err := cl.Stats(context.Background()); err == nil {
+		rep.EvictedObjects, rep.PoolBytes = st.EvictedObjects, st.Capacity
+	}
+	out := cmd.OutOrStdout()
+	if f.jsonOut {
+		enc := json.NewEncoder(out)
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printReport(out, f, rep, len(reqs))
+	}
+	if runErr != nil {
+		return &exitError{1, "mooncake replay: " + runErr.Error()}
+	}
+	return nil
+}
+
+func readAll(r *trace.Reader, limit int) ([]trace.Request, error) {
+	var out []trace.Request
+	for limit <= 0 || len(out) < limit {
+		q, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+func printReport(w io.Writer, f replayFlags, r replay.Report, n int) {
+	src := f.tracePath
+	if src == "" {
+		src = traces.ConversationName
+	}
+	pool := "in-process (master + " + fmt.Sprint(f.nodes) + " nodes, tcp on 127.0.0.1)"
+	if f.masterAddr != "" {
+		pool = "master " + f.masterAddr
+	}
+	fmt.Fprintf(w, "Mooncake trace replay\n")
+	fmt.Fprintf(w, "  trace            %s (%d requests)\n", src, n)
+	fmt.Fprintf(w, "  pool             %s, %s = %d tokens at %d B/token\n", pool, geometry.FormatSize(int64(r.PoolBytes)), r.CapacityTokens, r.BytesPerToken)
+	fmt.Fprintf(w, "Prefix hits\n")
+	fmt.Fprintf(w, "  blocks           %d of %d hit: %.4f   (offline LRU bound %.4f)\n", r.BlocksHit, r.BlocksTotal, r.BlockHitRatio, r.LRUBlockHitRatio)
+	fmt.Fprintf(w, "  tokens           %d of %d hit: %.4f   (offline LRU bound %.4f)\n", r.TokensHit, r.TokensTotal, r.TokenHitRatio, r.LRUTokenHitRatio)
+	fmt.Fprintf(w, "  requests         %d of %d had a hit\n", r.RequestsWithHit, r.Requests)
+	fmt.Fprintf(w, "Data\n")
+	fmt.Fprintf(w, "  written          %s at %.3f GB/s (in put operations)\n", geometry.FormatSize(r.BytesWritten), r.WriteGBps)
+	fmt.Fprintf(w, "  read             %s at %.3f GB/s (in get operations), %d content mismatches\n", geometry.FormatSize(r.BytesRead), r.ReadGBps, r.ContentMismatches)
+	fmt.Fprintf(w, "  latency          put p50 %.3f ms p99 %.3f ms; get p50 %.3f ms p99 %.3f ms (per request)\n", r.PutP50ms, r.PutP99ms, r.GetP50ms, r.GetP99ms)
+	fmt.Fprintf(w, "  evicted          %d objects\n", r.EvictedObjects)
+	if r.ReadFailures+r.PutFailures > 0 {
+		fmt.Fprintf(w, "  failures         %d reads (%d lease expired), %d puts\n", r.ReadFailures, r.LeaseExpired, r.PutFailures)
+	}
+	fmt.Fprintf(w, "  elapsed          %.1f s\n", r.ElapsedS)
+}

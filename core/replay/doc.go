@@ -1,0 +1,13 @@
+// Package replay replays a Mooncake request trace against a KV-cache pool:
+// for each request, in file order, it finds the longest cached prefix of its
+// 512-token blocks (one BatchIsExist), reads the hit blocks into a registered
+// buffer (BatchGetInto) and writes the missed ones (BatchPutFrom). Block
+// bytes are a deterministic function of the hash id (a prefix of one
+// pseudo-random stream per id, so any length verifies), and every read is
+// checked. Alongside, an offline LRU over blocks with the same capacity in
+// tokens (core/store/policy) gives the bound the pool's hit ratio is judged
+// against.
+//
+// Concurrency: Run issues one request at a time (the order decides what is
+// cached); it is not safe to call Run on one Replayer concurrently.
+package replay
