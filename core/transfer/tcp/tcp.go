@@ -12,23 +12,25 @@
 // before touching memory; a rejected WRITE's payload is drained and
 // discarded, so an out-of-range request changes nothing.
 //
-// Connections to a peer are pooled (opened lazily, at most MaxConnsPerPeer
-// idle ones kept). A request that fails on a pooled connection that turns out
-// to be dead is retried once on a fresh connection; requests are idempotent
-// (same bytes, same address).
+// A request is cut into slices (SliceSize, default 64 KiB as upstream) that
+// are striped over up to Stripe connections of a per-peer pool (opened
+// lazily, at most MaxConnsPerPeer open, idle ones closed after IdleTimeout);
+// each connection keeps up to Window slices in flight, so acknowledgements
+// do not stall the stream. A slice whose connection fails is resent on a
+// fresh connection, up to RetryCount attempts (upstream retries 9 times);
+// then the request fails with the cause. Slices are idempotent (same bytes,
+// same address). A request never returns while one of its slices can still
+// touch the caller's buffer.
 //
-// Concurrency: a Transport and its peers are safe for concurrent use; each
-// request holds one connection for its duration.
+// Concurrency: a Transport and its peers are safe for concurrent use; a
+// connection belongs to one request at a time.
 package tcp
 
 import (
-	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -54,8 +56,25 @@ type Config struct {
 	// Host is the address peers dial, published as ip_or_host_name; default
 	// the host part of the bound address.
 	Host string
-	// MaxConnsPerPeer caps idle pooled connections per peer; default 8.
+	// MaxConnsPerPeer caps open connections to one peer; default 16.
 	MaxConnsPerPeer int
+	// MaxIdlePerPeer caps idle pooled connections kept per peer; default 8.
+	MaxIdlePerPeer int
+	// IdleTimeout closes a pooled connection unused for this long; default 30 s.
+	IdleTimeout time.Duration
+	// SliceSize is the unit a request is cut into, in bytes; default 64 KiB
+	// (upstream MC_TCP_SLICE_SIZE). A tail of at most SliceSize/4 is merged
+	// into the previous slice (upstream MC_FRAGMENT_RATIO 4).
+	SliceSize int
+	// Stripe is how many connections one request's slices are spread over;
+	// default 4.
+	Stripe int
+	// Window is how many slices one connection has in flight (sent, not yet
+	// acknowledged); default 8.
+	Window int
+	// RetryCount is the attempts per slice before the request fails;
+	// default 9 (upstream MC_RETRY_CNT). Each retry uses a fresh connection.
+	RetryCount int
 	// DialTimeout bounds connecting; default 5 s (upstream
 	// MC_HANDSHAKE_CONNECT_TIMEOUT).
 	DialTimeout time.Duration
@@ -80,7 +99,28 @@ func New(cfg Config) *Transport {
 		cfg.BindAddr = "127.0.0.1:0"
 	}
 	if cfg.MaxConnsPerPeer <= 0 {
-		cfg.MaxConnsPerPeer = 8
+		cfg.MaxConnsPerPeer = 16
+	}
+	if cfg.MaxIdlePerPeer <= 0 {
+		cfg.MaxIdlePerPeer = 8
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 30 * time.Second
+	}
+	if cfg.SliceSize <= 0 {
+		cfg.SliceSize = 64 << 10
+	}
+	if cfg.Stripe <= 0 {
+		cfg.Stripe = 4
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 8
+	}
+	if cfg.Window > maxWindow {
+		cfg.Window = maxWindow
+	}
+	if cfg.RetryCount <= 0 {
+		cfg.RetryCount = 9
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
@@ -248,25 +288,6 @@ func writeStatus(c net.Conn, st []byte, code uint64) error {
 	return err
 }
 
-// Dial implements transfer.Transport: a pooled peer for the segment's
-// ip_or_host_name:tcp_data_port. No connection is opened until the first
-// request. Errors: ErrInvalidArgument when the descriptor has no port or
-// host, or a proto version below 2 (v1 cannot acknowledge writes).
-func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metadata.RPCMeta) (transfer.Peer, error) {
-	if d.TCPDataPort <= 0 || rpc.IPOrHostName == "" {
-		return nil, fmt.Errorf("%w: segment %q has no tcp address (host %q, port %d)", transfer.ErrInvalidArgument, d.Name, rpc.IPOrHostName, d.TCPDataPort)
-	}
-	if d.TCPProtoVersion < 2 {
-		return nil, fmt.Errorf("%w: segment %q speaks tcp protocol v%d, acknowledged writes need v2", transfer.ErrUnsupported, d.Name, d.TCPProtoVersion)
-	}
-	p := &peer{
-		addr: net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort)),
-		idle: make(chan net.Conn, t.cfg.MaxConnsPerPeer),
-		dial: t.cfg.DialTimeout,
-	}
-	return p, nil
-}
-
 // Close implements transfer.Transport: stops accepting, closes served
 // connections and waits for their handlers. Peers dialled from this
 // transport are closed by their owners (the engine).
@@ -288,129 +309,4 @@ func (t *Transport) Close() error {
 	}
 	t.wg.Wait()
 	return err
-}
-
-type peer struct {
-	addr   string
-	dial   time.Duration
-	idle   chan net.Conn // pooled idle connections
-	mu     sync.Mutex
-	closed bool
-}
-
-func (p *peer) get(ctx context.Context) (c net.Conn, pooled bool, err error) {
-	select {
-	case c := <-p.idle:
-		return c, true, nil
-	default:
-	}
-	d := net.Dialer{Timeout: p.dial}
-	c, err = d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		return nil, false, err
-	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	return c, false, nil
-}
-
-func (p *peer) put(c net.Conn) {
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		c.Close()
-		return
-	}
-	select {
-	case p.idle <- c:
-	default:
-		c.Close()
-	}
-}
-
-// Do implements transfer.Peer.
-func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteAddr uint64) error {
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
-	if closed {
-		return transfer.ErrClosed
-	}
-	for attempt := 0; ; attempt++ {
-		c, pooled, err := p.get(ctx)
-		if err != nil {
-			return fmt.Errorf("tcp: dial %s: %w", p.addr, err)
-		}
-		err = p.do(ctx, c, op, local, remoteAddr)
-		if err == nil {
-			p.put(c)
-			return nil
-		}
-		if errors.Is(err, transfer.ErrRejected) {
-			p.put(c) // the stream is still in sync after a refusal
-			return err
-		}
-		c.Close()
-		// A pooled connection may have died while idle (peer restarted):
-		// retry once on a fresh connection.
-		if !pooled || attempt > 0 || ctx.Err() != nil {
-			return fmt.Errorf("tcp: %s: %w", p.addr, err)
-		}
-	}
-}
-
-func (p *peer) do(ctx context.Context, c net.Conn, op transfer.Opcode, local []byte, remoteAddr uint64) error {
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetDeadline(dl)
-	} else {
-		c.SetDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-	var hdr [headerLen]byte
-	binary.LittleEndian.PutUint64(hdr[0:], uint64(len(local)))
-	binary.LittleEndian.PutUint64(hdr[8:], remoteAddr)
-	hdr[16] = byte(op) | protoV2
-	if op == transfer.Write {
-		bufs := net.Buffers{hdr[:], local}
-		if _, err := bufs.WriteTo(c); err != nil {
-			return err
-		}
-	} else if _, err := c.Write(hdr[:]); err != nil {
-		return err
-	}
-	var st [statusLen]byte
-	if _, err := io.ReadFull(c, st[:]); err != nil {
-		return err
-	}
-	v := binary.LittleEndian.Uint64(st[:])
-	if v&0xFFFFFFFF00000000 != statusMagic {
-		return fmt.Errorf("tcp: bad status frame %#x", v)
-	}
-	if v&0xFFFFFFFF != statusOK {
-		return fmt.Errorf("%w: %s of %d bytes at %#x", transfer.ErrRejected, op, len(local), remoteAddr)
-	}
-	if op == transfer.Read {
-		if _, err := io.ReadFull(c, local); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Close implements transfer.Peer: closes pooled connections.
-func (p *peer) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	p.mu.Unlock()
-	for {
-		select {
-		case c := <-p.idle:
-			c.Close()
-		default:
-			return nil
-		}
-	}
 }
