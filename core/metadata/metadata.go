@@ -39,7 +39,8 @@ type Store interface {
 	Put(ctx context.Context, key string, value []byte) error
 	// Delete removes key (upstream's remove). It returns an error wrapping
 	// ErrNotFound when the key is absent, as the HTTP metadata server embedded
-	// in mooncake_master does; backends whose service cannot tell (the
-	// upstream example HTTP server, etcd) return nil instead.
+	// in mooncake_master does (etcdmeta too: it reads the deleted count, where
+	// upstream's etcd plugin reports success); a backend whose service cannot
+	// tell (upstream's example HTTP server) returns nil instead.
 	Delete(ctx context.Context, key string) error
 }
