@@ -28,7 +28,11 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(masterCmd(), nodeCmd(), replayCmd())
+	// A bad flag is a usage error, exit status 2 like a bad flag value.
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &exitError{2, c.CommandPath() + ": " + err.Error()}
+	})
+	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd())
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

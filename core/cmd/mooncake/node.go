@@ -50,7 +50,7 @@ func nodeCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{1, "mooncake node: " + err.Error()}
 			}
-			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s\n", hostname, geometry.FormatSize(size), masterAddr)
+			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s\n", cl.ID(), geometry.FormatSize(size), masterAddr)
 			<-ctx.Done()
 			return cl.Close()
 		},

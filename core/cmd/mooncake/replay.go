@@ -63,7 +63,7 @@ func replayCmd() *cobra.Command {
 	fl.StringVar(&f.metaURL, "metadata-server", "", "transfer metadata URL with --master (default http://<master host>:8080/metadata)")
 	fl.IntVar(&f.nodes, "nodes", 2, "in-process storage nodes")
 	fl.StringVar(&f.poolSize, "pool-size", "", "pool size, e.g. 512MiB, 4GiB (exclusive with --capacity-tokens)")
-	fl.Int64Var(&f.capacityTokens, "capacity-tokens", 0, "size the pool to hold N tokens at the chosen geometry (default 3000000)")
+	fl.Int64Var(&f.capacityTokens, "capacity-tokens", 0, "size the pool to hold N tokens at the chosen geometry (default 3000000; with --master, the pool's capacity)")
 	fl.Int64Var(&f.bytesPerToken, "bytes-per-token", 0, "KV bytes per token (default 16, or the --model's)")
 	fl.StringVar(&f.model, "model", "", "model geometry preset: "+fmt.Sprint(geometry.Names()))
 	fl.Float64Var(&f.speed, "speed", 0, "0 = as fast as possible; 1 = real time from the timestamps; X = X times real time")
@@ -180,6 +180,12 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		}
 	}
 	defer cl.Close()
+	if f.masterAddr != "" && f.poolSize == "" && f.capacityTokens == 0 {
+		// The bound models the pool that is there, not the in-process default.
+		if st, err := cl.Stats(ctx); err == nil && int64(st.Capacity)/bpt > 0 {
+			capTokens = int64(st.Capacity) / bpt
+		}
+	}
 
 	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed}
 	if term.IsTerminal(int(os.Stderr.Fd())) && !f.jsonOut {

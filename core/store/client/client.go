@@ -116,9 +116,10 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		cfg.RPCTimeout = 30 * time.Second
 	}
 	c = &Client{cfg: cfg, id: cfg.LocalHostname + "/" + randomID(), stop: make(chan struct{}), done: make(chan struct{})}
+	started := c // c is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
-			c.teardown()
+			started.teardown()
 		}
 	}()
 	c.conn, err = grpc.NewClient(cfg.MasterAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

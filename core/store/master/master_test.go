@@ -4,31 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/core/testutil/leakcheck"
 
 	"github.com/mooncake-go/mooncake/core/store"
 )
 
 // TestMain checks that the package's tests leave no goroutines behind: the
 // master is pure logic and must never start one.
-func TestMain(m *testing.M) {
-	before := runtime.NumGoroutine()
-	code := m.Run()
-	if code == 0 {
-		if after := runtime.NumGoroutine(); after > before {
-			buf := make([]byte, 1<<16)
-			n := runtime.Stack(buf, true)
-			fmt.Fprintf(os.Stderr, "goroutine leak: %d before, %d after\n%s", before, after, buf[:n])
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // fakeClock is a hand-advanced clock for Config.Now.
 type fakeClock struct{ t time.Time }

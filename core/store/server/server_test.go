@@ -10,12 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mooncake-go/mooncake/core/testutil/leakcheck"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -30,43 +30,7 @@ import (
 // TestMain fails the package when its tests leave server, gRPC or HTTP
 // goroutines behind. Shutdown of connections is asynchronous, so the check
 // polls for a bounded time before reporting.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := waitNoLeaks(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutine leak:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func waitNoLeaks(limit time.Duration) string {
-	deadline := time.Now().Add(limit)
-	for {
-		leaked := leakedGoroutines()
-		if leaked == "" || time.Now().After(deadline) {
-			return leaked
-		}
-		time.Sleep(10 * time.Millisecond) // only here: waiting for shutdown, not timing a test
-	}
-}
-
-func leakedGoroutines() string {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 { // this goroutine
-			continue
-		}
-		if strings.Contains(g, "google.golang.org/grpc") || strings.Contains(g, "mooncake/core/store/server.") ||
-			strings.Contains(g, "net/http.") {
-			out = append(out, g)
-		}
-	}
-	return strings.Join(out, "\n\n")
-}
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 // syncClock is a hand-advanced clock safe to read from the server's tick
 // goroutine while the test advances it.

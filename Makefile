@@ -1,0 +1,37 @@
+# Mooncake-Go build and test entry points. `make test` is what CI runs.
+GO ?= go
+BIN := bin/mooncake
+TEST_TIMEOUT ?= 20m
+
+.PHONY: all build replay test vet build-nocgo bench bench-transfer clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./core/cmd/mooncake
+
+# Main job: replay the embedded Mooncake conversation trace on an in-process
+# pool (master + 2 nodes over tcp on 127.0.0.1) and print the report.
+replay: build
+	./$(BIN) replay
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
+
+# core must build without cgo.
+build-nocgo:
+	CGO_ENABLED=0 $(GO) build ./core/...
+
+test: vet build-nocgo
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./core/...
+
+clean:
+	rm -rf bin
+
+# Transfer engine vs iperf3 (loopback, single stream) and memcpy, same run.
+bench-transfer: build
+	./scripts/bench-transfer.sh

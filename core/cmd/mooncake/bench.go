@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/metadata/memmeta"
+	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/tcp"
+	"github.com/mooncake-go/mooncake/core/transfer/transferbench"
+)
+
+func benchCmd() *cobra.Command {
+	c := &cobra.Command{Use: "bench", Short: "Benchmarks: transfer engine, memcpy baseline"}
+	c.AddCommand(benchTransferCmd(), benchMemcpyCmd())
+	return c
+}
+
+// newTransport builds the transport named by --protocol.
+func newTransport(protocol, bind string) (transfer.Transport, error) {
+	switch protocol {
+	case "tcp":
+		return tcp.New(tcp.Config{BindAddr: bind}), nil
+	}
+	return nil, fmt.Errorf("unsupported: protocol %q (built: tcp)", protocol)
+}
+
+func benchTransferCmd() *cobra.Command {
+	var mode, protocol, op, blockSize, metaURL, name, segment, bind string
+	var batch, threads int
+	var duration time.Duration
+	var jsonOut bool
+	c := &cobra.Command{
+		Use:   "transfer",
+		Short: "Transfer engine throughput (upstream transfer_engine_bench flags); --mode loopback runs target and initiator engines in this process over real sockets",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bs, err := geometry.ParseSize(blockSize)
+			if err != nil || bs <= 0 {
+				return usageOf("bench transfer", "--block_size %q: want a positive size such as 64KiB", blockSize)
+			}
+			var opcode transfer.Opcode
+			switch op {
+			case "read":
+				opcode = transfer.Read
+			case "write":
+				opcode = transfer.Write
+			default:
+				return usageOf("bench transfer", "--operation %q: want read or write", op)
+			}
+			cfg := transferbench.Config{Op: opcode, BlockSize: int(bs), BatchSize: batch, Threads: threads, Duration: duration}
+			if batch <= 0 || threads <= 0 || duration <= 0 {
+				return usageOf("bench transfer", "--batch_size, --threads and --duration must be > 0")
+			}
+			size := transferbench.BufferSize(cfg)
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+
+			var meta metadata.Store
+			switch {
+			case mode == "loopback":
+				meta = memmeta.New()
+			case metaURL == "":
+				return usageOf("bench transfer", "--mode %s needs --metadata_server http://host:port/metadata", mode)
+			default:
+				if meta, err = httpmeta.NewClient(metaURL); err != nil {
+					return usageOf("bench transfer", "--metadata_server: %v", err)
+				}
+			}
+			mkEngine := func(name string) (*transfer.Engine, *memory.Region, error) {
+				tr, err := newTransport(protocol, bind)
+				if err != nil {
+					return nil, nil, err
+				}
+				e, err := transfer.New(ctx, transfer.Config{Name: name, Metadata: meta, Transport: tr})
+				if err != nil {
+					return nil, nil, err
+				}
+				r, err := memory.Map(size)
+				if err != nil {
+					e.Close()
+					return nil, nil, err
+				}
+				if err := e.RegisterLocalMemory(ctx, r.Bytes(), "cpu:0", true); err != nil {
+					e.Close()
+					r.Close()
+					return nil, nil, err
+				}
+				return e, r, nil
+			}
+			fail := func(err error) error { return &exitError{1, "mooncake bench transfer: " + err.Error()} }
+			switch mode {
+			case "target":
+				e, r, err := mkEngine(name)
+				if err != nil {
+					return fail(err)
+				}
+				defer r.Close()
+				defer e.Close()
+				fmt.Fprintf(os.Stderr, "bench target %q: %s registered at %#x; waiting (Ctrl-C to stop)\n", name, geometry.FormatSize(int64(size)), r.Addr())
+				<-ctx.Done()
+				return nil
+			case "initiator", "loopback":
+			default:
+				return usageOf("bench transfer", "--mode %q: want initiator, target or loopback", mode)
+			}
+			if mode == "loopback" {
+				te, tr, err := mkEngine("bench-target")
+				if err != nil {
+					return fail(err)
+				}
+				defer tr.Close()
+				defer te.Close()
+				segment = "bench-target"
+			} else if segment == "" {
+				return usageOf("bench transfer", "--mode initiator needs --segment_id (the target's name)")
+			}
+			e, r, err := mkEngine(name)
+			if err != nil {
+				return fail(err)
+			}
+			defer r.Close()
+			defer e.Close()
+			desc, err := metadata.GetSegment(ctx, meta, "", segment)
+			if err != nil {
+				return fail(err)
+			}
+			if len(desc.Buffers) == 0 || desc.Buffers[0].Length < uint64(size) {
+				return fail(fmt.Errorf("segment %q has no registered buffer of %d bytes", segment, size))
+			}
+			id, err := e.OpenSegment(ctx, segment)
+			if err != nil {
+				return fail(err)
+			}
+			res, err := transferbench.Run(ctx, e, id, r, desc.Buffers[0].Addr, cfg)
+			res.Protocol = protocol
+			if err != nil {
+				return fail(err)
+			}
+			if jsonOut {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s block %s batch %d threads %d: %.3f GB/s, batch latency p50 %.3f ms p99 %.3f ms (%d batches in %.1f s)\n",
+				protocol, res.Operation, geometry.FormatSize(int64(res.BlockSize)), res.BatchSize, res.Threads, res.GBps, res.BatchP50, res.BatchP99, res.Batches, res.ElapsedS)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&mode, "mode", "loopback", "initiator | target | loopback (both in this process)")
+	f.StringVar(&protocol, "protocol", "tcp", "transport: tcp")
+	f.StringVar(&op, "operation", "write", "read | write")
+	f.StringVar(&blockSize, "block_size", "64KiB", "bytes per request")
+	f.IntVar(&batch, "batch_size", 128, "requests per batch")
+	f.IntVar(&threads, "threads", 2, "concurrent submitting threads")
+	f.DurationVar(&duration, "duration", 5*time.Second, "measured duration")
+	f.StringVar(&metaURL, "metadata_server", "", "HTTP metadata URL (initiator/target modes)")
+	f.StringVar(&name, "local_server_name", "bench-initiator", "this engine's segment name")
+	f.StringVar(&segment, "segment_id", "", "target segment name (initiator mode)")
+	f.StringVar(&bind, "bind", "127.0.0.1:0", "data-plane listen address")
+	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
+	return c
+}
+
+func benchMemcpyCmd() *cobra.Command {
+	var blockSize, total string
+	var duration time.Duration
+	var jsonOut bool
+	c := &cobra.Command{
+		Use:   "memcpy",
+		Short: "Single-thread memcpy baseline between off-heap buffers",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bs, err1 := geometry.ParseSize(blockSize)
+			tot, err2 := geometry.ParseSize(total)
+			if err1 != nil || err2 != nil {
+				return usageOf("bench memcpy", "bad --block_size %q or --total %q", blockSize, total)
+			}
+			gbps, err := transferbench.Memcpy(int(bs), int(tot), duration)
+			if err != nil {
+				return &exitError{1, "mooncake bench memcpy: " + err.Error()}
+			}
+			if jsonOut {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"block_size": bs, "gbps": gbps})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "memcpy block %s: %.3f GB/s (single thread)\n", geometry.FormatSize(bs), gbps)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&blockSize, "block_size", "1MiB", "bytes per copy")
+	f.StringVar(&total, "total", "256MiB", "bytes of each buffer (larger than the caches)")
+	f.DurationVar(&duration, "duration", 3*time.Second, "measured duration")
+	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
+	return c
+}
+
+func usageOf(cmd, format string, args ...any) error {
+	return &exitError{2, "mooncake " + cmd + ": " + fmt.Sprintf(format, args...)}
+}

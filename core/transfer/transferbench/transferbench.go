@@ -1,0 +1,156 @@
+// Package transferbench measures the transfer engine the way upstream's
+// transfer_engine_bench does: T threads each loop "allocate a batch of B
+// requests of S bytes at offsets S*(i*T+t), submit, wait, free" for a fixed
+// duration; throughput = bytes moved / elapsed. It also measures a
+// single-thread memcpy baseline for ratios.
+//
+// Concurrency: Run starts its own goroutines and returns when they end.
+package transferbench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// Config is one benchmark run (flag names follow upstream's bench).
+type Config struct {
+	Op        transfer.Opcode
+	BlockSize int           // bytes per request (--block_size, upstream default 65536)
+	BatchSize int           // requests per batch (--batch_size, 128)
+	Threads   int           // concurrent submitters (--threads)
+	Duration  time.Duration // measured time (--duration)
+	Warmup    time.Duration // unmeasured time before; default 500 ms
+}
+
+// Result is a run's outcome. GBps uses 1e9 bytes.
+type Result struct {
+	Protocol  string  `json:"protocol"`
+	Operation string  `json:"operation"`
+	BlockSize int     `json:"block_size"`
+	BatchSize int     `json:"batch_size"`
+	Threads   int     `json:"threads"`
+	Bytes     int64   `json:"bytes"`
+	Batches   int64   `json:"batches"`
+	ElapsedS  float64 `json:"elapsed_s"`
+	GBps      float64 `json:"gbps"`
+	BatchP50  float64 `json:"batch_p50_ms"`
+	BatchP99  float64 `json:"batch_p99_ms"`
+}
+
+// BufferSize is the bytes each side registers for cfg.
+func BufferSize(cfg Config) int { return cfg.BlockSize * cfg.BatchSize * cfg.Threads }
+
+// Run drives the initiator engine e against segment target whose buffer
+// starts at remoteBase; local is e's registered buffer (BufferSize bytes).
+// Errors: a bad config; the first failed request (as upstream, any failure
+// aborts the run).
+func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, local *memory.Region, remoteBase uint64, cfg Config) (Result, error) {
+	if cfg.BlockSize <= 0 || cfg.BatchSize <= 0 || cfg.Threads <= 0 || cfg.Duration <= 0 {
+		return Result{}, fmt.Errorf("transferbench: block size, batch size, threads and duration must be > 0 (got %d, %d, %d, %v)", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.Duration)
+	}
+	if local.Len() < BufferSize(cfg) {
+		return Result{}, fmt.Errorf("transferbench: local buffer %d bytes < %d needed", local.Len(), BufferSize(cfg))
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = 500 * time.Millisecond
+	}
+	type tstat struct {
+		batches int64
+		lat     []time.Duration
+		err     error
+	}
+	stats := make([]tstat, cfg.Threads)
+	var wg sync.WaitGroup
+	start := time.Now()
+	measureFrom := start.Add(cfg.Warmup)
+	end := measureFrom.Add(cfg.Duration)
+	for t := 0; t < cfg.Threads; t++ {
+		wg.Add(1)
+		go func(t int) {
+			defer wg.Done()
+			reqs := make([]transfer.Request, cfg.BatchSize)
+			for i := range reqs {
+				off := uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
+				reqs[i] = transfer.Request{Op: cfg.Op, Source: local.Addr() + off, Target: target, TargetOffset: remoteBase + off, Length: uint64(cfg.BlockSize)}
+			}
+			st := &stats[t]
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if t0.After(end) {
+					return
+				}
+				if err := e.TransferSync(ctx, reqs); err != nil {
+					st.err = err
+					return
+				}
+				if t0.After(measureFrom) {
+					st.batches++
+					st.lat = append(st.lat, time.Since(t0))
+				}
+			}
+		}(t)
+	}
+	wg.Wait()
+	elapsed := time.Since(measureFrom)
+	r := Result{Operation: cfg.Op.String(), BlockSize: cfg.BlockSize, BatchSize: cfg.BatchSize, Threads: cfg.Threads, ElapsedS: elapsed.Seconds()}
+	var lat []time.Duration
+	for _, s := range stats {
+		if s.err != nil {
+			return r, fmt.Errorf("transferbench: %w", s.err)
+		}
+		r.Batches += s.batches
+		lat = append(lat, s.lat...)
+	}
+	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
+	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
+	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
+	return r, ctx.Err()
+}
+
+func pct(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	i := min(max(int(math.Ceil(p*float64(len(ds))))-1, 0), len(ds)-1)
+	return float64(ds[i]) / float64(time.Millisecond)
+}
+
+// Memcpy measures single-thread copy throughput of blockSize-byte blocks
+// between two off-heap buffers of total bytes for d, in GB/s (1e9).
+func Memcpy(blockSize, total int, d time.Duration) (float64, error) {
+	if blockSize <= 0 || total < blockSize || d <= 0 {
+		return 0, fmt.Errorf("transferbench: memcpy block %d, total %d, duration %v", blockSize, total, d)
+	}
+	src, err := memory.Map(total)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	dst, err := memory.Map(total)
+	if err != nil {
+		return 0, err
+	}
+	defer dst.Close()
+	s, t := src.Bytes(), dst.Bytes()
+	for i := range s { // fault the pages in before timing
+		s[i] = byte(i)
+	}
+	copy(t, s)
+	var n int64
+	start := time.Now()
+	for time.Since(start) < d {
+		for off := 0; off+blockSize <= total; off += blockSize {
+			copy(t[off:off+blockSize], s[off:off+blockSize])
+			n += int64(blockSize)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds() / 1e9, nil
+}

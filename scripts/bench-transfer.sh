@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make bench-transfer: measures, in one run on this machine, iperf3's
+# single-stream loopback throughput and a single-thread memcpy baseline, then
+# the transfer engine (mooncake bench transfer, loopback mode: target and
+# initiator engines over real sockets) at 1 MiB and 64 KiB blocks, batch 128,
+# and prints our figures as ratios of the baselines.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/mooncake}
+DUR=${DUR:-5}
+command -v iperf3 >/dev/null || { echo "iperf3 missing: apt-get install -y iperf3" >&2; exit 1; }
+[ -x "$BIN" ] || go build -o "$BIN" ./core/cmd/mooncake
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+iperf3 -s -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+srv=$!
+trap 'kill $srv 2>/dev/null || true' EXIT
+# wait (bounded) until the server listens
+for _ in $(seq 100); do
+  python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))" 2>/dev/null && break
+  sleep 0.05
+done
+iperf=$(iperf3 -c 127.0.0.1 -p "$port" -t "$DUR" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
+memcpy=$("$BIN" bench memcpy --block_size 1MiB --duration "${DUR}s" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])')
+
+run() { "$BIN" bench transfer --protocol "$1" --operation "$2" --block_size "$3" --batch_size 128 --duration "${DUR}s" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])'; }
+
+printf 'baseline  iperf3 single-stream loopback  %.3f GB/s\n' "$iperf"
+printf 'baseline  memcpy single thread 1 MiB     %.3f GB/s\n' "$memcpy"
+for proto in tcp; do
+  for op in write read; do
+    for bs in 1MiB 64KiB; do
+      read -r gbps p50 p99 < <(run "$proto" "$op" "$bs")
+      printf '%-4s %-5s block %-6s batch 128: %7.3f GB/s  = %.2f x iperf3, %.2f x memcpy   (batch p50 %.2f ms, p99 %.2f ms)\n' \
+        "$proto" "$op" "$bs" "$gbps" "$(python3 -c "print($gbps/$iperf)")" "$(python3 -c "print($gbps/$memcpy)")" "$p50" "$p99"
+    done
+  done
+done
