@@ -1,4 +1,5 @@
 // Package memory owns off-heap memory for KV bytes: anonymous mmap regions
+// (Map) or memfd-backed shared regions (MapShared, MapFD) for same-host peers,
 // that can be registered with the transfer engine as segments or local
 // buffers.
 //

@@ -15,13 +15,18 @@ var ErrInvalidSize = errors.New("memory: invalid size")
 // ErrClosed is returned by Region.Close when the region was already closed.
 var ErrClosed = errors.New("memory: region closed")
 
-// Region is an anonymous, private, read-write mmap of Len bytes that lives
+// Region is a read-write mmap of Len bytes (anonymous and private from Map,
+// a sealed shared memory file from MapShared or MapFD) that lives
 // outside the Go heap, so the garbage collector never moves or scans it and a
 // remote peer can address it by virtual address.
 type Region struct {
 	mu struct {
 		sync.Mutex
 		buf []byte // nil once closed
+		// fd is the memory file behind a shared mapping (MapShared, MapFD),
+		// valid while shared is true; Close closes it. Map leaves both zero.
+		fd     int
+		shared bool
 	}
 	addr   uint64
 	length int
@@ -69,6 +74,12 @@ func (r *Region) Close() error {
 	}
 	err := syscall.Munmap(r.mu.buf)
 	r.mu.buf = nil
+	if r.mu.shared {
+		r.mu.shared = false
+		if cerr := syscall.Close(r.mu.fd); cerr != nil && err == nil {
+			return fmt.Errorf("memory: close memory file %d of region at %#x: %w", r.mu.fd, r.addr, cerr)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("memory: munmap %d bytes at %#x: %w", r.length, r.addr, err)
 	}

@@ -40,6 +40,13 @@ type SegmentDesc struct {
 	TCPProtoVersion int          `json:"tcp_proto_version,omitempty"`
 	Timestamp       string       `json:"timestamp,omitempty"`
 	Buffers         []BufferDesc `json:"buffers"`
+
+	// Mooncake-Go extensions, with our own prefix (upstream ignores unknown
+	// fields). HostID identifies the machine (equal ids = same host);
+	// ShmSocket is the unix socket of the engine's shm transport, offered to
+	// same-host peers.
+	HostID    string `json:"mc_host_id,omitempty"`
+	ShmSocket string `json:"mc_shm_socket,omitempty"`
 }
 
 // MarshalJSON encodes d with upstream's field names. A nil Buffers slice is

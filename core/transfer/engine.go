@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 )
 
@@ -21,8 +24,16 @@ type Config struct {
 	Metadata metadata.Store
 	// Cluster is the optional key prefix (upstream MC_METADATA_CLUSTER_ID).
 	Cluster string
-	// Transport moves the bytes. Required.
+	// Transport moves the bytes to any peer (tcp). Required.
 	Transport Transport
+	// Local, if set, is a same-host transport (shm) chosen automatically
+	// for peers whose descriptor carries this host's HostID and a shm
+	// socket; a request it cannot serve (e.g. a buffer that is not memfd
+	// backed) falls back to Transport.
+	Local Transport
+	// HostID identifies this machine in descriptors; default
+	// /etc/machine-id, else the hostname.
+	HostID string
 	// Workers bounds requests executing at once; default 16.
 	Workers int
 	// RequestTimeout bounds one request end to end; default 60 s (upstream
@@ -84,6 +95,9 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second
 	}
+	if cfg.HostID == "" {
+		cfg.HostID = hostID()
+	}
 	e := &Engine{cfg: cfg, sem: make(chan struct{}, cfg.Workers)}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.mu.segs = map[SegmentID]*peerSeg{}
@@ -93,9 +107,18 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Transport.Listen(cfg.Name, &e.reg); err != nil {
 		return nil, fmt.Errorf("transfer: engine %q: listen: %w", cfg.Name, err)
 	}
+	if cfg.Local != nil {
+		if err := cfg.Local.Listen(cfg.Name, &e.reg); err != nil {
+			cfg.Transport.Close()
+			return nil, fmt.Errorf("transfer: engine %q: listen %s: %w", cfg.Name, cfg.Local.Protocol(), err)
+		}
+	}
 	if err := e.publish(ctx); err != nil {
 		e.cancel()
 		cfg.Transport.Close()
+		if cfg.Local != nil {
+			cfg.Local.Close()
+		}
 		return nil, err
 	}
 	return e, nil
@@ -113,6 +136,13 @@ func (e *Engine) publish(ctx context.Context) error {
 	desc := metadata.SegmentDesc{Name: e.cfg.Name, Timestamp: time.Now().UTC().Format(time.RFC3339Nano)}
 	var rpc metadata.RPCMeta
 	e.cfg.Transport.Publish(&desc, &rpc)
+	desc.HostID = e.cfg.HostID
+	if e.cfg.Local != nil {
+		var ld metadata.SegmentDesc
+		var lr metadata.RPCMeta
+		e.cfg.Local.Publish(&ld, &lr)
+		desc.ShmSocket = lr.IPOrHostName
+	}
 	desc.Buffers = []metadata.BufferDesc{}
 	for _, b := range e.reg.Buffers() {
 		if b.Remote {
@@ -139,7 +169,25 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	b, err := e.reg.Add(buf, location, remote)
+	return e.register(ctx, remote, func() (Buffer, error) { return e.reg.Add(buf, location, remote) })
+}
+
+// RegisterRegion registers the whole of reg, as RegisterLocalMemory(ctx,
+// reg.Bytes(), location, remote), and lets a transport that shares memory
+// with same-host peers (shm) hand out the region's memory file: reg must
+// then come from memory.MapShared. reg must stay open until
+// UnregisterLocalMemory(reg.Addr()). Errors as RegisterLocalMemory.
+func (e *Engine) RegisterRegion(ctx context.Context, reg *memory.Region, location string, remote bool) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.register(ctx, remote, func() (Buffer, error) { return e.reg.AddRegion(reg, location, remote) })
+}
+
+// register adds a buffer with add and publishes it when remote, rolling the
+// registration back if publishing fails.
+func (e *Engine) register(ctx context.Context, remote bool, add func() (Buffer, error)) error {
+	b, err := add()
 	if err != nil {
 		return err
 	}
@@ -200,12 +248,23 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 		}
 		return 0, fmt.Errorf("transfer: open segment %q: %w", name, err)
 	}
-	if desc.Protocol != e.cfg.Transport.Protocol() {
+	var local Peer
+	if e.cfg.Local != nil && desc.ShmSocket != "" && desc.HostID == e.cfg.HostID {
+		ld := *desc
+		ld.Protocol = e.cfg.Local.Protocol()
+		local, _ = e.cfg.Local.Dial(ctx, ld, metadata.RPCMeta{IPOrHostName: desc.ShmSocket})
+	}
+	if desc.Protocol != e.cfg.Transport.Protocol() && local == nil {
 		return 0, fmt.Errorf("%w: segment %q speaks %q, this engine %q", ErrUnsupported, name, desc.Protocol, e.cfg.Transport.Protocol())
 	}
-	peer, err := e.cfg.Transport.Dial(ctx, *desc, rpc)
-	if err != nil {
-		return 0, fmt.Errorf("transfer: open segment %q: %w", name, err)
+	var peer Peer
+	if desc.Protocol == e.cfg.Transport.Protocol() {
+		if peer, err = e.cfg.Transport.Dial(ctx, *desc, rpc); err != nil && local == nil {
+			return 0, fmt.Errorf("transfer: open segment %q: %w", name, err)
+		}
+	}
+	if local != nil {
+		peer = &fallbackPeer{first: local, second: peer}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -275,6 +334,9 @@ func (e *Engine) Close() error {
 		s.peer.Close()
 	}
 	err := e.cfg.Transport.Close()
+	if e.cfg.Local != nil {
+		e.cfg.Local.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	_ = e.cfg.Metadata.Delete(ctx, metadata.SegmentKey(e.cfg.Cluster, e.cfg.Name))
@@ -290,4 +352,37 @@ func descInRange(d *metadata.SegmentDesc, addr, n uint64) bool {
 		}
 	}
 	return false
+}
+
+// hostID identifies this machine: /etc/machine-id, else the hostname.
+func hostID() string {
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id
+		}
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// fallbackPeer tries a same-host peer first and the network peer when the
+// first cannot serve a request (second may be nil).
+type fallbackPeer struct {
+	first, second Peer
+}
+
+func (f *fallbackPeer) Do(ctx context.Context, op Opcode, local []byte, remoteAddr uint64) error {
+	err := f.first.Do(ctx, op, local, remoteAddr)
+	if err == nil || f.second == nil || ctx.Err() != nil {
+		return err
+	}
+	return f.second.Do(ctx, op, local, remoteAddr)
+}
+
+func (f *fallbackPeer) Close() error {
+	err := f.first.Close()
+	if f.second != nil {
+		f.second.Close()
+	}
+	return err
 }

@@ -25,6 +25,7 @@ type Buffer struct {
 	Location string // "cpu:0", "cuda:0", or "*" (upstream's location tag)
 	Remote   bool   // visible to peers (upstream remote_accessible)
 	bytes    []byte
+	region   *memory.Region // set by AddRegion; its memory file, if any, is what FDFor hands out
 }
 
 // Registry is the set of buffers registered with one engine. It implements
@@ -40,13 +41,24 @@ type Registry struct {
 // ErrAddressOverlapped if it overlaps a registered buffer (upstream rejects
 // overlapping registration the same way).
 func (r *Registry) Add(buf []byte, location string, remote bool) (Buffer, error) {
+	return r.add(buf, nil, location, remote)
+}
+
+// AddRegion registers the whole of reg, as Add(reg.Bytes(), ...), and
+// remembers the region so that FDFor can hand its memory file
+// (memory.MapShared) to same-host peers (the shm transport). Errors as Add.
+func (r *Registry) AddRegion(reg *memory.Region, location string, remote bool) (Buffer, error) {
+	return r.add(reg.Bytes(), reg, location, remote)
+}
+
+func (r *Registry) add(buf []byte, reg *memory.Region, location string, remote bool) (Buffer, error) {
 	if len(buf) == 0 {
 		return Buffer{}, fmt.Errorf("%w: register an empty buffer", ErrInvalidArgument)
 	}
 	if location == "" {
 		location = "*"
 	}
-	b := Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf}
+	b := Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf, region: reg}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := sort.Search(len(r.mu.bufs), func(i int) bool { return r.mu.bufs[i].Addr >= b.Addr })
@@ -95,16 +107,54 @@ func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) 
 	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	if b, ok := r.findLocked(addr, length, remoteOnly); ok {
+		off := addr - b.Addr
+		return b.bytes[off : off+length : off+length], nil
+	}
+	return nil, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
+}
+
+// findLocked returns the buffer holding [addr, addr+length) (remote-accessible
+// only, if remoteOnly). r.mu must be held.
+func (r *Registry) findLocked(addr, length uint64, remoteOnly bool) (Buffer, bool) {
 	bufs := r.mu.bufs
 	i := sort.Search(len(bufs), func(i int) bool { return bufs[i].Addr > addr }) - 1
 	if i >= 0 {
 		b := bufs[i]
 		off := addr - b.Addr
 		if off < b.Length && length <= b.Length-off && (b.Remote || !remoteOnly) {
-			return b.bytes[off : off+length : off+length], nil
+			return b, true
 		}
 	}
-	return nil, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
+	return Buffer{}, false
+}
+
+// FDFor implements shm.FDSource: a new close-on-exec descriptor of the
+// memory file behind the remote-accessible buffer holding
+// [addr, addr+length), owned by the caller, with the buffer's address and
+// size. The descriptor is duplicated under the read lock, so a buffer being
+// unregistered (and then closed by its owner) never yields another file.
+// Errors: ErrInvalidArgument (length 0), ErrAddressNotRegistered,
+// ErrUnsupported for a buffer not added with AddRegion, memory.ErrNotShared
+// for an anonymous region, memory.ErrClosed for a closed region.
+func (r *Registry) FDFor(addr, length uint64) (fd int, base, size uint64, err error) {
+	if length == 0 {
+		return -1, 0, 0, fmt.Errorf("%w: zero-length range at %#x", ErrInvalidArgument, addr)
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	b, ok := r.findLocked(addr, length, true)
+	if !ok {
+		return -1, 0, 0, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
+	}
+	if b.region == nil {
+		return -1, 0, 0, fmt.Errorf("%w: buffer [%#x,+%d) was registered as bytes, not as a memory region", ErrUnsupported, b.Addr, b.Length)
+	}
+	fd, err = b.region.DupFD()
+	if err != nil {
+		return -1, 0, 0, fmt.Errorf("transfer: buffer [%#x,+%d): %w", b.Addr, b.Length, err)
+	}
+	return fd, b.Addr, b.Length, nil
 }
 
 // Resolve implements Target: only remote-accessible buffers are reachable.

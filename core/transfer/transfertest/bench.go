@@ -20,11 +20,11 @@ func BenchWrite(b *testing.B, nt NewTransport, op transfer.Opcode, blockSize, ba
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := memory.Map(size)
+		r, err := memory.MapShared(size, name)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := e.RegisterLocalMemory(ctx, r.Bytes(), "cpu:0", true); err != nil {
+		if err := e.RegisterRegion(ctx, r, "cpu:0", true); err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { e.Close(); r.Close() })

@@ -1,5 +1,7 @@
 // Package transfertest is the conformance suite every transfer transport
-// passes: the same tests run over tcp and loopback engines.
+// passes: the same tests run over tcp and loopback engines, and over every
+// metadata mode (one shared store, or one P2P store per engine via
+// RunBackend).
 package transfertest
 
 import (
@@ -18,58 +20,104 @@ import (
 // NewTransport returns a fresh transport for one engine.
 type NewTransport func(t testing.TB) transfer.Transport
 
-// Pair is two engines sharing a metadata store, each with a registered 1 MiB
-// region, and a's handle for b's segment.
-type Pair struct {
-	A, B       *transfer.Engine
-	RA, RB     *memory.Region
-	BHandle    transfer.SegmentID
-	Meta       metadata.Store
-	Background context.Context
+// Backend gives each engine of a test its metadata store. Called with a
+// logical segment name ("seg-a", "seg-b"), it returns the segment name the
+// engine must use and the store it publishes to and reads from. A backend
+// with one shared store returns (logical, store); a P2P backend starts a
+// store per engine and returns the name that store dictates ("host:port").
+// Cleanups go on t.
+//
+// The suite also calls it with UnknownSegment, for which it creates no
+// engine: the backend must then return a name under which no descriptor is
+// (or will be) published; the store returned is ignored.
+type Backend func(t testing.TB, logical string) (name string, meta metadata.Store)
+
+// UnknownSegment is the logical name the suite resolves through a Backend to
+// get a segment name that nothing publishes.
+const UnknownSegment = "no-such-segment"
+
+// SharedBackend returns a Backend that gives every engine meta and uses the
+// logical names as segment names.
+func SharedBackend(meta metadata.Store) Backend {
+	return func(_ testing.TB, logical string) (string, metadata.Store) { return logical, meta }
 }
 
-// NewPair builds a Pair; everything is closed by t.Cleanup.
+// Pair is two engines, each with a registered 1 MiB region, and a's handle
+// for b's segment.
+type Pair struct {
+	A, B    *transfer.Engine
+	RA, RB  *memory.Region
+	BHandle transfer.SegmentID
+	// NameA and NameB are the engines' segment names as the backend
+	// assigned them ("seg-a" and "seg-b" with a shared store).
+	NameA, NameB string
+	// Meta is A's metadata store (with a shared store, both engines'); MetaB
+	// is B's.
+	Meta, MetaB metadata.Store
+	Background  context.Context
+
+	backend Backend
+}
+
+// NewPair builds a Pair of engines sharing meta, named "seg-a" and "seg-b";
+// everything is closed by t.Cleanup.
 func NewPair(t testing.TB, meta metadata.Store, nt NewTransport) *Pair {
 	t.Helper()
+	return NewPairBackend(t, SharedBackend(meta), nt)
+}
+
+// NewPairBackend builds a Pair whose engines get their names and stores from
+// b (logical names "seg-a" and "seg-b"); everything is closed by t.Cleanup.
+func NewPairBackend(t testing.TB, b Backend, nt NewTransport) *Pair {
+	t.Helper()
 	ctx := context.Background()
-	p := &Pair{Meta: meta, Background: ctx}
-	mk := func(name string) (*transfer.Engine, *memory.Region) {
+	p := &Pair{Background: ctx, backend: b}
+	mk := func(logical string) (*transfer.Engine, *memory.Region, string, metadata.Store) {
+		name, meta := b(t, logical)
 		e, err := transfer.New(ctx, transfer.Config{Name: name, Metadata: meta, Transport: nt(t), RequestTimeout: 5 * time.Second})
 		if err != nil {
-			t.Fatalf("engine %s: %v", name, err)
+			t.Fatalf("engine %s (%s): %v", logical, name, err)
 		}
-		r, err := memory.Map(1 << 20)
+		r, err := memory.MapShared(1<<20, logical) // memfd-backed: shm can hand the file to its peer
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := e.RegisterLocalMemory(ctx, r.Bytes(), "cpu:0", true); err != nil {
-			t.Fatalf("register %s: %v", name, err)
+		if err := e.RegisterRegion(ctx, r, "cpu:0", true); err != nil {
+			t.Fatalf("register %s (%s): %v", logical, name, err)
 		}
 		t.Cleanup(func() {
 			e.Close()
 			r.Close()
 		})
-		return e, r
+		return e, r, name, meta
 	}
-	p.A, p.RA = mk("seg-a")
-	p.B, p.RB = mk("seg-b")
-	id, err := p.A.OpenSegment(ctx, "seg-b")
+	p.A, p.RA, p.NameA, p.Meta = mk("seg-a")
+	p.B, p.RB, p.NameB, p.MetaB = mk("seg-b")
+	id, err := p.A.OpenSegment(ctx, p.NameB)
 	if err != nil {
-		t.Fatalf("open seg-b: %v", err)
+		t.Fatalf("open seg-b (%s): %v", p.NameB, err)
 	}
 	p.BHandle = id
 	return p
 }
 
-// Run runs the conformance suite.
+// Run runs the conformance suite with engines sharing the store newMeta
+// returns (one store per sub-test).
 func Run(t *testing.T, newMeta func(t testing.TB) metadata.Store, nt NewTransport) {
-	t.Run("WriteThenRead", func(t *testing.T) { testWriteRead(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("ManyRequestsOneBatch", func(t *testing.T) { testMany(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("OutOfRangeRejected", func(t *testing.T) { testOutOfRange(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("BatchErrors", func(t *testing.T) { testBatchErrors(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("OpenSegmentErrors", func(t *testing.T) { testOpenErrors(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("LocalSegment", func(t *testing.T) { testLocal(t, NewPair(t, newMeta(t), nt)) })
-	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, NewPair(t, newMeta(t), nt)) })
+	RunBackend(t, func(t testing.TB) Backend { return SharedBackend(newMeta(t)) }, nt)
+}
+
+// RunBackend runs the conformance suite with the engines' metadata from a
+// Backend (one newBackend call per sub-test), e.g. one P2P store per engine.
+func RunBackend(t *testing.T, newBackend func(t testing.TB) Backend, nt NewTransport) {
+	pair := func(t *testing.T) *Pair { return NewPairBackend(t, newBackend(t), nt) }
+	t.Run("WriteThenRead", func(t *testing.T) { testWriteRead(t, pair(t)) })
+	t.Run("ManyRequestsOneBatch", func(t *testing.T) { testMany(t, pair(t)) })
+	t.Run("OutOfRangeRejected", func(t *testing.T) { testOutOfRange(t, pair(t)) })
+	t.Run("BatchErrors", func(t *testing.T) { testBatchErrors(t, pair(t)) })
+	t.Run("OpenSegmentErrors", func(t *testing.T) { testOpenErrors(t, pair(t)) })
+	t.Run("LocalSegment", func(t *testing.T) { testLocal(t, pair(t)) })
+	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, pair(t)) })
 }
 
 func fill(b []byte, seed uint64) {
@@ -210,14 +258,15 @@ func testBatchErrors(t *testing.T, p *Pair) {
 }
 
 func testOpenErrors(t *testing.T, p *Pair) {
-	if _, err := p.A.OpenSegment(p.Background, "no-such-segment"); !errors.Is(err, transfer.ErrSegmentNotFound) {
-		t.Errorf("open unknown: %v", err)
+	unknown, _ := p.backend(t, UnknownSegment)
+	if _, err := p.A.OpenSegment(p.Background, unknown); !errors.Is(err, transfer.ErrSegmentNotFound) {
+		t.Errorf("open unknown %q: %v", unknown, err)
 	}
-	again, err := p.A.OpenSegment(p.Background, "seg-b")
+	again, err := p.A.OpenSegment(p.Background, p.NameB)
 	if err != nil || again != p.BHandle {
 		t.Errorf("reopen = %d, %v; want %d", again, err, p.BHandle)
 	}
-	if id, err := p.A.OpenSegment(p.Background, "seg-a"); err != nil || id != transfer.LocalSegment {
+	if id, err := p.A.OpenSegment(p.Background, p.NameA); err != nil || id != transfer.LocalSegment {
 		t.Errorf("open own = %d, %v", id, err)
 	}
 	if err := p.A.CloseSegment(p.BHandle); err != nil {
