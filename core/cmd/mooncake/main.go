@@ -32,7 +32,7 @@ func main() {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{2, c.CommandPath() + ": " + err.Error()}
 	})
-	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd())
+	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd())
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

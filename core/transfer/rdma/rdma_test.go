@@ -1,0 +1,276 @@
+package rdma
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// TestNoDevice runs in both builds: without the rdma tag every constructor
+// reports ErrNotBuilt; with it, on a host without an RDMA device, ErrNoDevice.
+// Both must match transfer.ErrUnsupported so the engine can fall back to TCP.
+func TestNoDevice(t *testing.T) {
+	devs, err := Available()
+	if builtWithVerbs && err == nil {
+		t.Skipf("RDMA devices present (%v): the no-device path is not testable here", devs)
+	}
+	want, wantText := ErrNotBuilt, "unsupported: rdma (built without the rdma tag)"
+	if builtWithVerbs {
+		want, wantText = ErrNoDevice, "unsupported: rdma: no RDMA device"
+	}
+	check := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, transfer.ErrUnsupported) || !errors.Is(err, want) {
+			t.Errorf("%s: err = %v, want %v", what, err, want)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), wantText) {
+			t.Errorf("%s: message %q does not start with %q", what, err, wantText)
+		}
+	}
+	check("Available", err)
+	if devs != nil {
+		t.Errorf("Available devices = %v, want nil", devs)
+	}
+	for _, cfg := range []Config{{}, DefaultConfig(), {Device: "mlx5_9"}} {
+		tr, err := New(cfg)
+		check("New", err)
+		if tr != nil {
+			t.Errorf("New returned a transport with error %v", err)
+		}
+	}
+	t.Log(err)
+}
+
+func TestConfigValidate(t *testing.T) {
+	def := DefaultConfig()
+	if def.Port != 1 || def.GIDIndex != GIDAuto || def.MTU != 4096 || def.MaxCQE != 4096 || def.MaxWR != 256 ||
+		def.MaxSGE != 4 || def.MaxInline != 64 || def.QPsPerPeer != 2 || def.SliceSize != 65536 ||
+		def.BindAddr != "127.0.0.1:0" || def.MaxMessage != 1<<20 || def.DialTimeout.Seconds() != 5 {
+		t.Errorf("DefaultConfig = %+v", def)
+	}
+	if err := def.Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"port", func(c *Config) { c.Port = 256 }},
+		{"gid", func(c *Config) { c.GIDIndex = -2 }},
+		{"pkey", func(c *Config) { c.PKeyIndex = -1 }},
+		{"sl", func(c *Config) { c.ServiceLevel = 16 }},
+		{"tc", func(c *Config) { c.TrafficClass = 256 }},
+		{"mtu", func(c *Config) { c.MTU = 1500 }},
+		{"cqe below wr", func(c *Config) { c.MaxCQE = 8; c.MaxWR = 16 }},
+		{"sge", func(c *Config) { c.MaxSGE = -1 }},
+		{"inline", func(c *Config) { c.MaxInline = -1 }},
+		{"qps", func(c *Config) { c.QPsPerPeer = -1 }},
+		{"slice", func(c *Config) { c.SliceSize = 2 << 30 }},
+		{"message", func(c *Config) { c.MaxMessage = 10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mod(&c)
+			if err := c.Validate(); !errors.Is(err, transfer.ErrInvalidArgument) {
+				t.Errorf("Validate = %v, want ErrInvalidArgument", err)
+			}
+			// New validates before looking for devices, in both builds.
+			if _, err := New(c); !errors.Is(err, transfer.ErrInvalidArgument) {
+				t.Errorf("New = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+}
+
+func TestMessageCodec(t *testing.T) {
+	msgs := []*message{
+		{Op: opConnect, QP: &qpInfo{Device: "mlx5_0", LinkLayer: "Ethernet", LID: 0, GID: encodeGID([16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}), QPN: 0x1234, PSN: 0xabcdef, MTU: 5}, Release: []uint32{7, 9}},
+		{Op: opMR, Addr: 0x7f0000001000, Length: 1 << 20},
+		{Op: opMR, Addr: 0x7f0000000000, Length: 1 << 30, RKey: 0xdeadbeef},
+		{Op: opError, Code: codeRejected, Error: "transfer: address not registered: [0x10,+4)"},
+	}
+	var buf bytes.Buffer
+	for _, m := range msgs {
+		if err := writeMessage(&buf, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := bufio.NewReaderSize(&buf, 16) // smaller than a message: exercises ErrBufferFull
+	for i, want := range msgs {
+		got, err := readMessage(r, 1024)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("message %d = %+v, %v; want %+v", i, got, err, want)
+		}
+	}
+	if _, err := readMessage(r, 1024); err != io.EOF {
+		t.Errorf("at end: %v, want io.EOF", err)
+	}
+
+	for _, tc := range []struct{ name, in string }{
+		{"oversized", `{"op":"mr","error":"` + strings.Repeat("x", 300) + `"}` + "\n"},
+		{"not json", "hello\n"},
+		{"unknown field", `{"op":"mr","bogus":1}` + "\n"},
+		{"no op", `{"addr":1}` + "\n"},
+		{"truncated", `{"op":"mr"`},
+		{"two values", `{"op":"mr"} {"op":"mr"}` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readMessage(bufio.NewReader(strings.NewReader(tc.in)), 256)
+			if !errors.Is(err, ErrHandshake) {
+				t.Errorf("err = %v, want ErrHandshake", err)
+			}
+		})
+	}
+}
+
+func TestQPInfo(t *testing.T) {
+	g := [16]byte{0xfe, 0x80, 15: 0x42}
+	good := qpInfo{GID: encodeGID(g), QPN: 5, PSN: 1, MTU: 5}
+	if got, err := checkQPInfo(&good); err != nil || got != g {
+		t.Errorf("checkQPInfo(good) = %x, %v", got, err)
+	}
+	for name, mod := range map[string]func(*qpInfo){
+		"qpn 0":     func(q *qpInfo) { q.QPN = 0 },
+		"qpn wide":  func(q *qpInfo) { q.QPN = 1 << 24 },
+		"psn wide":  func(q *qpInfo) { q.PSN = 1 << 24 },
+		"mtu":       func(q *qpInfo) { q.MTU = 6 },
+		"gid short": func(q *qpInfo) { q.GID = "fe80" },
+		"gid hex":   func(q *qpInfo) { q.GID = strings.Repeat("zz", 16) },
+	} {
+		q := good
+		mod(&q)
+		if _, err := checkQPInfo(&q); !errors.Is(err, ErrHandshake) {
+			t.Errorf("%s: err = %v, want ErrHandshake", name, err)
+		}
+	}
+	if _, err := checkQPInfo(nil); !errors.Is(err, ErrHandshake) {
+		t.Errorf("nil: err = %v", err)
+	}
+}
+
+func TestRegionCache(t *testing.T) {
+	var c regionCache
+	c.add(region{addr: 1000, length: 100, lkey: 1})
+	c.add(region{addr: 2000, length: 100, lkey: 2, rkey: 22, remote: true})
+	for _, tc := range []struct {
+		addr, n  uint64
+		remote   bool
+		wantKey  uint32
+		wantFind bool
+	}{
+		{1000, 100, false, 1, true},
+		{1050, 50, false, 1, true},
+		{1050, 51, false, 0, false},
+		{999, 2, false, 0, false},
+		{1000, 100, true, 0, false}, // local-only region
+		{2010, 10, true, 2, true},
+		{2010, 10, false, 2, true}, // a remote region serves local use too
+	} {
+		r, ok := c.find(tc.addr, tc.n, tc.remote)
+		if ok != tc.wantFind || (ok && r.lkey != tc.wantKey) {
+			t.Errorf("find(%d,+%d,remote=%t) = %+v, %t", tc.addr, tc.n, tc.remote, r, ok)
+		}
+	}
+	if got, added := c.add(region{addr: 1010, length: 10, lkey: 9}); added || got.lkey != 1 {
+		t.Errorf("add(covered) = %+v, %t; want existing region", got, added)
+	}
+	if _, added := c.add(region{addr: 1010, length: 10, lkey: 9, remote: true}); !added {
+		t.Error("add(remote over local-only) not added")
+	}
+	if got := c.removeOverlapping(1015, 100); len(got) != 2 {
+		t.Errorf("removeOverlapping = %+v, want the 2 regions at 1000 and 1010", got)
+	}
+	if _, ok := c.find(1000, 1, false); ok {
+		t.Error("region survived removeOverlapping")
+	}
+	if got := c.removeAll(); len(got) != 1 || got[0].lkey != 2 {
+		t.Errorf("removeAll = %+v", got)
+	}
+}
+
+func TestRegistrationRange(t *testing.T) {
+	var reg transfer.Registry
+	local := make([]byte, 4096)
+	remote := make([]byte, 8192)
+	lb, err := reg.Add(local, "cpu:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := reg.Add(remote, "cpu:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name             string
+		addr, n          uint64
+		remote           bool
+		wantAddr, wantLn uint64
+	}{
+		{"remote inside remote buffer", rb.Addr + 100, 10, true, rb.Addr, rb.Length},
+		{"local inside local buffer", lb.Addr + 8, 8, false, lb.Addr, lb.Length},
+		{"local use of remote buffer", rb.Addr, 1, false, rb.Addr, rb.Length},
+		{"remote access to local-only buffer", lb.Addr + 8, 8, true, lb.Addr + 8, 8},
+		{"outside every buffer", 0x10, 4, false, 0x10, 4},
+	} {
+		a, n := registrationRange(&reg, tc.addr, tc.n, tc.remote)
+		if a != tc.wantAddr || n != tc.wantLn {
+			t.Errorf("%s: = [%#x,+%d), want [%#x,+%d)", tc.name, a, n, tc.wantAddr, tc.wantLn)
+		}
+	}
+	// A Target that cannot list buffers: exactly the range.
+	if a, n := registrationRange(resolveOnly{}, 0x1000, 64, true); a != 0x1000 || n != 64 {
+		t.Errorf("resolve-only target: [%#x,+%d)", a, n)
+	}
+}
+
+type resolveOnly struct{}
+
+func (resolveOnly) Resolve(addr, length uint64) ([]byte, error) { return make([]byte, length), nil }
+
+func TestForEachSlice(t *testing.T) {
+	for _, tc := range []struct {
+		n, size uint64
+		want    [][2]uint64
+	}{
+		{10, 4, [][2]uint64{{0, 4}, {4, 4}, {8, 2}}},
+		{8, 4, [][2]uint64{{0, 4}, {4, 4}}},
+		{3, 4, [][2]uint64{{0, 3}}},
+		{0, 4, nil},
+	} {
+		var got [][2]uint64
+		forEachSlice(tc.n, tc.size, func(off, l uint64) error { got = append(got, [2]uint64{off, l}); return nil })
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("forEachSlice(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := forEachSlice(100, 10, func(uint64, uint64) error { calls++; return stop }); err != stop || calls != 1 {
+		t.Errorf("error not propagated: %v after %d calls", err, calls)
+	}
+}
+
+func TestStubAndCommonAPI(t *testing.T) {
+	if mtuEnum(4096) != 5 || mtuEnum(256) != 1 || mtuEnum(1500) != 0 {
+		t.Error("mtuEnum")
+	}
+	var tr *Transport
+	if !builtWithVerbs {
+		tr = &Transport{}
+		if tr.Protocol() != "rdma" || tr.Device() != "" || tr.DeregisterMemory(0, 1) != 0 || tr.Close() != nil {
+			t.Error("stub methods")
+		}
+		if err := tr.Listen("seg", resolveOnly{}); !errors.Is(err, ErrNotBuilt) {
+			t.Errorf("stub Listen = %v", err)
+		}
+		if _, err := tr.Dial(t.Context(), metadataDesc(), metadataRPC()); !errors.Is(err, ErrNotBuilt) {
+			t.Errorf("stub Dial = %v", err)
+		}
+	}
+}
