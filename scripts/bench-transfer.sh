@@ -27,7 +27,7 @@ run() { "$BIN" bench transfer --protocol "$1" --operation "$2" --block_size "$3"
 
 printf 'baseline  iperf3 single-stream loopback  %.3f GB/s\n' "$iperf"
 printf 'baseline  memcpy single thread 1 MiB     %.3f GB/s\n' "$memcpy"
-for proto in tcp; do
+for proto in tcp shm; do
   for op in write read; do
     for bs in 1MiB 64KiB; do
       read -r gbps p50 p99 < <(run "$proto" "$op" "$bs")

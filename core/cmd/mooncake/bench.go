@@ -17,6 +17,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/metadata/memmeta"
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 	"github.com/mooncake-go/mooncake/core/transfer/transferbench"
 )
@@ -32,8 +33,10 @@ func newTransport(protocol, bind string) (transfer.Transport, error) {
 	switch protocol {
 	case "tcp":
 		return tcp.New(tcp.Config{BindAddr: bind}), nil
+	case "shm":
+		return shm.New(shm.Config{}), nil
 	}
-	return nil, fmt.Errorf("unsupported: protocol %q (built: tcp)", protocol)
+	return nil, fmt.Errorf("unsupported: protocol %q (built: tcp, shm)", protocol)
 }
 
 func benchTransferCmd() *cobra.Command {
@@ -87,12 +90,12 @@ func benchTransferCmd() *cobra.Command {
 				if err != nil {
 					return nil, nil, err
 				}
-				r, err := memory.Map(size)
+				r, err := memory.MapShared(size, name)
 				if err != nil {
 					e.Close()
 					return nil, nil, err
 				}
-				if err := e.RegisterLocalMemory(ctx, r.Bytes(), "cpu:0", true); err != nil {
+				if err := e.RegisterRegion(ctx, r, "cpu:0", true); err != nil {
 					e.Close()
 					r.Close()
 					return nil, nil, err
@@ -158,7 +161,7 @@ func benchTransferCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&mode, "mode", "loopback", "initiator | target | loopback (both in this process)")
-	f.StringVar(&protocol, "protocol", "tcp", "transport: tcp")
+	f.StringVar(&protocol, "protocol", "tcp", "transport: tcp | shm (same host)")
 	f.StringVar(&op, "operation", "write", "read | write")
 	f.StringVar(&blockSize, "block_size", "64KiB", "bytes per request")
 	f.IntVar(&batch, "batch_size", 128, "requests per batch")
