@@ -27,6 +27,7 @@
 package tcp
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -39,12 +40,14 @@ import (
 )
 
 const (
-	headerLen   = 24
-	statusLen   = 8
-	protoV2     = 0x80
-	statusMagic = uint64(0x4D435456) << 32
-	statusOK    = 0
-	statusRej   = 1
+	// serverReadBuffer is the per-connection read buffer of the server.
+	serverReadBuffer = 256 << 10
+	headerLen        = 24
+	statusLen        = 8
+	protoV2          = 0x80
+	statusMagic      = uint64(0x4D435456) << 32
+	statusOK         = 0
+	statusRej        = 1
 )
 
 // Config configures a TCP transport. Zero values take the defaults.
@@ -224,15 +227,31 @@ func (t *Transport) accept(ln net.Listener, target transfer.Target) {
 	}
 }
 
-// serve handles requests on one connection until EOF or an error.
+// serve handles requests on one connection until EOF or an error. Reads go
+// through a buffer, so several small frames (and the head of a payload)
+// cost one system call; acknowledgements are buffered and flushed whenever
+// no further request bytes are already buffered (the peer may be waiting
+// for them), and always before a READ response.
 func serve(c net.Conn, target transfer.Target) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	br := bufio.NewReaderSize(c, serverReadBuffer)
+	bw := bufio.NewWriterSize(c, 512)
 	var hdr [headerLen]byte
 	var st [statusLen]byte
+	ack := func(code uint64) error {
+		binary.LittleEndian.PutUint64(st[:], statusMagic|code)
+		if _, err := bw.Write(st[:]); err != nil {
+			return err
+		}
+		if br.Buffered() == 0 {
+			return bw.Flush()
+		}
+		return nil
+	}
 	for {
-		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return
 		}
 		size := binary.LittleEndian.Uint64(hdr[0:])
@@ -245,47 +264,46 @@ func serve(c net.Conn, target transfer.Target) {
 		case transfer.Write:
 			if rerr != nil {
 				// Drain the payload so nothing lands, then refuse.
-				if _, err := io.CopyN(io.Discard, c, int64(size)); err != nil || !v2 {
+				if _, err := io.CopyN(io.Discard, br, int64(size)); err != nil || !v2 {
 					return
 				}
-				if writeStatus(c, st[:], statusRej) != nil {
+				if ack(statusRej) != nil {
 					return
 				}
 				continue
 			}
-			if _, err := io.ReadFull(c, buf); err != nil {
+			if _, err := io.ReadFull(br, buf); err != nil {
 				return
 			}
-			if v2 && writeStatus(c, st[:], statusOK) != nil {
+			if v2 && ack(statusOK) != nil {
+				return
+			}
+			if !v2 && br.Buffered() == 0 && bw.Flush() != nil {
 				return
 			}
 		case transfer.Read:
 			if rerr != nil {
-				if v2 {
-					writeStatus(c, st[:], statusRej)
+				if v2 && ack(statusRej) == nil {
 					continue
 				}
 				return // v1 has no way to refuse a read: drop the connection
 			}
 			if v2 {
 				binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
-				bufs := net.Buffers{st[:], buf}
-				if _, err := bufs.WriteTo(c); err != nil {
+				if _, err := bw.Write(st[:]); err != nil {
 					return
 				}
-			} else if _, err := c.Write(buf); err != nil {
+			}
+			if bw.Flush() != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
 				return
 			}
 		default:
 			return // unknown opcode: protocol error, drop the connection
 		}
 	}
-}
-
-func writeStatus(c net.Conn, st []byte, code uint64) error {
-	binary.LittleEndian.PutUint64(st, statusMagic|code)
-	_, err := c.Write(st)
-	return err
 }
 
 // Close implements transfer.Transport: stops accepting, closes served
