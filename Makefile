@@ -7,6 +7,9 @@ TEST_TIMEOUT ?= 20m
 
 all: build
 
+# libmooncake.so and its ABI tests (Go purego, C, Python ctypes).
+include abi.mk
+
 build:
 	$(GO) build -o $(BIN) ./core/cmd/mooncake
 
@@ -29,14 +32,14 @@ test-rdma:
 	$(GO) vet -tags rdma ./core/transfer/rdma/
 	$(GO) test -tags rdma -count=1 ./core/transfer/rdma/
 
-test: vet build-nocgo test-rdma
+test: vet build-nocgo test-rdma test-abi
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
 
 clean:
-	rm -rf bin
+	rm -rf bin build
 
 # Transfer engine vs iperf3 (loopback, single stream) and memcpy, same run.
 bench-transfer: build

@@ -1,0 +1,43 @@
+# abi.mk - libmooncake.so (the C ABIs under abi/) and its tests.
+# Included by the Makefile; also usable alone: make -f abi.mk test-abi
+#
+#   lib       build/libmooncake.so (c-shared; only mc_* exported, soname libmooncake.so)
+#   venv      .venv with requirements-dev.txt (redone only when that file changes)
+#   test-abi  lib + venv, then the Go purego/C tests (abi/abitest; without -race,
+#             which would add nothing: the library itself is never race-built,
+#             though `go test -race ./abi/...` passes too) and the Python ctypes
+#             tests (abi/python/tests, against a `mooncake master` from bin/mooncake)
+
+# Whatever includes this file keeps its own default goal.
+abi_saved_default_goal := $(.DEFAULT_GOAL)
+
+GO ?= go
+PYTHON ?= python3
+VENV ?= .venv
+LIBMOONCAKE := build/libmooncake.so
+# The external linker runs in a temporary directory: the script path must be absolute.
+LIBMOONCAKE_LDFLAGS := -extldflags -Wl,-soname,libmooncake.so,--version-script=$(CURDIR)/abi/libmooncake.map
+
+.PHONY: lib venv test-abi
+
+# Always handed to go build, which relinks only when a dependency changed.
+lib:
+	@mkdir -p build
+	$(GO) build -buildmode=c-shared -ldflags "$(LIBMOONCAKE_LDFLAGS)" -o $(LIBMOONCAKE) ./abi/cmd/libmooncake
+
+venv: $(VENV)/.requirements-dev.stamp
+
+$(VENV)/.requirements-dev.stamp: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $@
+
+test-abi: lib venv
+	$(GO) build -o bin/mooncake ./core/cmd/mooncake
+	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) $(GO) test -count=1 ./abi/abitest
+	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+		$(VENV)/bin/python -m pytest -q abi/python/tests
+
+# Restore the includer's default goal (none yet: the includer's next target
+# becomes it); used alone, this file's default is lib.
+.DEFAULT_GOAL := $(or $(abi_saved_default_goal),$(if $(filter-out abi.mk,$(notdir $(MAKEFILE_LIST))),,lib))

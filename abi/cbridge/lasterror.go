@@ -1,0 +1,74 @@
+package cbridge
+
+/*
+#include <stdlib.h>
+#include "mooncake/common.h"
+#include "cbridge.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+	"unsafe"
+)
+
+// SetError stores msg as the calling thread's last-error text (see the
+// package doc for which goroutines may call it). msg is copied.
+func SetError(msg string) {
+	if msg == "" {
+		C.mcgo_clear_error()
+		return
+	}
+	// unsafe: passes the string's bytes to C for the duration of the call;
+	// they hold no Go pointers and C copies them without keeping the pointer.
+	C.mcgo_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
+
+// ClearError stores "" as the calling thread's last-error text.
+func ClearError() { C.mcgo_clear_error() }
+
+// LastError returns the calling thread's last-error text (what
+// mc_last_error returns to C).
+func LastError() string { return C.GoString(C.mc_last_error()) }
+
+// Fail ends a failed call of the C function fn: it stores "fn: err" as the
+// thread's last error and returns err's status code (see CodeOf).
+func Fail(fn string, err error) int32 {
+	if err == nil {
+		err = fmt.Errorf("%w: %s failed without a reason", ErrInternal, fn)
+	}
+	SetError(fn + ": " + err.Error())
+	return int32(CodeOf(err))
+}
+
+// Done ends a call of the C function fn with err's status: OK (and an empty
+// last error) for nil, as Fail otherwise.
+func Done(fn string, err error) int32 {
+	if err != nil {
+		return Fail(fn, err)
+	}
+	return Succeed()
+}
+
+// Succeed ends a successful call: it clears the thread's last error and
+// returns OK.
+func Succeed() int32 {
+	C.mcgo_clear_error()
+	return int32(OK)
+}
+
+// Recover is the panic guard of every exported function: deferred first
+// (`defer cbridge.Recover(&rc)` with rc the named result), it turns a panic
+// into Internal with the panic value as the thread's last error, and prints
+// the stack to stderr so the bug can be found. No panic crosses into C.
+func Recover(rc *int32) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "libmooncake: recovered panic: %v\n%s", r, debug.Stack())
+	SetError(fmt.Sprintf("%v: panic: %v", ErrInternal, r))
+	*rc = int32(Internal)
+}
