@@ -27,12 +27,48 @@ run() { "$BIN" bench transfer --protocol "$1" --operation "$2" --block_size "$3"
 
 printf 'baseline  iperf3 single-stream loopback  %.3f GB/s\n' "$iperf"
 printf 'baseline  memcpy single thread 1 MiB     %.3f GB/s\n' "$memcpy"
+declare -A ours  # "proto op block" -> GB/s, for the upstream comparison below
 for proto in tcp shm; do
   for op in write read; do
     for bs in 1MiB 64KiB; do
       read -r gbps p50 p99 < <(run "$proto" "$op" "$bs")
+      ours["$proto $op $bs"]=$gbps
       printf '%-4s %-5s block %-6s batch 128: %7.3f GB/s  = %.2f x iperf3, %.2f x memcpy   (batch p50 %.2f ms, p99 %.2f ms)\n' \
         "$proto" "$op" "$bs" "$gbps" "$(python3 -c "print($gbps/$iperf)")" "$(python3 -c "print($gbps/$memcpy)")" "$p50" "$p99"
     done
   done
 done
+
+# Upstream reference: where the upstream wheel (requirements-bench.txt) installs,
+# run its transfer engine over TCP loopback (two processes, P2PHANDSHAKE) with
+# the same block and batch sizes, and print ours as a ratio of it. Skipped,
+# with the reason, where it cannot be installed or does not run.
+VENV=${VENV_BENCH:-.venv-bench}
+upstream_log=$(mktemp)
+trap 'kill $srv 2>/dev/null || true; rm -f "$upstream_log"' EXIT
+upstream_ready() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'from mooncake.engine import TransferEngine' >"$upstream_log" 2>&1; }
+upstream_why=""
+if ! upstream_ready; then
+  if ! { [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" >"$upstream_log" 2>&1; }; then
+    upstream_why="python3 -m venv $VENV failed: $(tail -n 1 "$upstream_log")"
+  elif ! "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements-bench.txt >"$upstream_log" 2>&1; then
+    upstream_why="pip install -r requirements-bench.txt failed: $(grep -m1 -i error "$upstream_log" || tail -n 1 "$upstream_log")"
+  elif ! upstream_ready; then
+    upstream_why="import mooncake.engine failed (missing system libraries? apt-get install -y libibverbs1 libnuma1 libcurl4): $(tail -n 1 "$upstream_log")"
+  fi
+fi
+if [ -n "$upstream_why" ]; then
+  echo "upstream  skipped: $upstream_why"
+else
+  for op in write read; do
+    for bs in 1MiB 64KiB; do
+      if up=$(timeout $((DUR + 90)) "$VENV/bin/python" scripts/bench_upstream_te.py --operation "$op" --block-size "$bs" \
+                --batch-size 128 --duration "$DUR" 2>"$upstream_log" | python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])' 2>/dev/null); then
+        printf 'upstream tcp %-5s block %-6s batch 128: %7.3f GB/s; ours = %.2f x upstream\n' \
+          "$op" "$bs" "$up" "$(python3 -c "print(${ours["tcp $op $bs"]}/$up)")"
+      else
+        echo "upstream tcp $op block $bs batch 128: failed: $(grep -v '^[WI][0-9]\{4\} \|Logging before InitGoogleLogging' "$upstream_log" | tail -n 1)"
+      fi
+    done
+  done
+fi

@@ -240,6 +240,7 @@ func serve(c net.Conn, target transfer.Target) {
 	bw := bufio.NewWriterSize(c, 512)
 	var hdr [headerLen]byte
 	var st [statusLen]byte
+	var resp [2][]byte // status frame + READ payload, one vectored write
 	ack := func(code uint64) error {
 		binary.LittleEndian.PutUint64(st[:], statusMagic|code)
 		if _, err := bw.Write(st[:]); err != nil {
@@ -288,16 +289,17 @@ func serve(c net.Conn, target transfer.Target) {
 				}
 				return // v1 has no way to refuse a read: drop the connection
 			}
-			if v2 {
-				binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
-				if _, err := bw.Write(st[:]); err != nil {
-					return
-				}
-			}
-			if bw.Flush() != nil {
+			if bw.Buffered() > 0 && bw.Flush() != nil { // earlier acks go first
 				return
 			}
-			if _, err := c.Write(buf); err != nil {
+			if v2 {
+				binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
+				resp[0], resp[1] = st[:], buf
+				nb := net.Buffers(resp[:])
+				if _, err := nb.WriteTo(c); err != nil {
+					return
+				}
+			} else if _, err := c.Write(buf); err != nil {
 				return
 			}
 		default:
