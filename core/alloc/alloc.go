@@ -171,6 +171,81 @@ func (a *Allocator) Free(offset uint64) error {
 	return nil
 }
 
+// AllocAt reserves exactly the bytes [offset, offset+size), as if Alloc
+// had placed an allocation there: afterwards Free(offset) releases it. It is
+// how a restored master re-creates the placements another master made
+// (core/store/master Restore*). Errors: ErrInvalidArgument for size 0 or a
+// range that does not lie inside [0, capacity); ErrNoSpace when any byte of
+// the range is held by a live allocation.
+//
+// Cost: O(log n) expected when offset is the start of a free range, the
+// range ends where a free range ends, or the range lies in the free range
+// that ends at the capacity (the case of restoring allocations in ascending
+// offset order); otherwise finding the free range around offset scans all n
+// free ranges, O(n).
+func (a *Allocator) AllocAt(offset, size uint64) error {
+	if size == 0 {
+		return fmt.Errorf("%w: size 0 bytes", ErrInvalidArgument)
+	}
+	end := offset + size
+	if end < offset || end > a.capacity {
+		return fmt.Errorf("%w: range [%d,+%d) bytes outside capacity %d", ErrInvalidArgument, offset, size, a.capacity)
+	}
+	n := a.freeAround(offset, end)
+	if n == nilNode {
+		return fmt.Errorf("%w: range [%d,%d) overlaps a live allocation", ErrNoSpace, offset, end)
+	}
+	start, rangeEnd := a.bySize.nodes[n].start, a.bySize.nodes[n].start+a.bySize.nodes[n].size
+	a.removeFree(n)
+	// The range was maximal, so neither remainder touches another free
+	// range.
+	if offset > start {
+		a.insertFree(start, offset-start)
+	}
+	if rangeEnd > end {
+		a.insertFree(end, rangeEnd-end)
+	}
+	a.live[offset] = size
+	a.used += size
+	return nil
+}
+
+// freeAround returns the free range that contains all of [offset, end), or
+// nilNode when no free range does.
+func (a *Allocator) freeAround(offset, end uint64) int32 {
+	contains := func(n int32) bool {
+		nd := &a.bySize.nodes[n]
+		return nd.start <= offset && end <= nd.start+nd.size
+	}
+	if n, ok := a.byStart[offset]; ok {
+		if contains(n) {
+			return n
+		}
+		return nilNode
+	}
+	if n, ok := a.byEnd[end]; ok {
+		if contains(n) {
+			return n
+		}
+		return nilNode
+	}
+	if n, ok := a.byEnd[a.capacity]; ok && a.bySize.nodes[n].start <= offset {
+		if contains(n) {
+			return n
+		}
+		return nilNode
+	}
+	for start, n := range a.byStart {
+		if start <= offset && offset < start+a.bySize.nodes[n].size {
+			if contains(n) {
+				return n
+			}
+			return nilNode
+		}
+	}
+	return nilNode
+}
+
 // SizeOf returns the size in bytes of the live allocation that starts at
 // offset (in bytes), and whether there is one.
 func (a *Allocator) SizeOf(offset uint64) (uint64, bool) {

@@ -21,6 +21,11 @@
 // Allocator for the bound on aligned requests. Placement is deterministic:
 // the same sequence of calls yields the same offsets.
 //
+// AllocAt reserves a range chosen by the caller instead (it fails unless
+// every byte of it is free). A master taking over from another uses it to
+// re-create the placements recorded in the replicated object table; it is
+// O(log n) when ranges are restored in ascending offset order.
+//
 // # Concurrency
 //
 // An Allocator is not safe for concurrent use. The caller holds a lock

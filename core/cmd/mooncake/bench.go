@@ -23,8 +23,8 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	c := &cobra.Command{Use: "bench", Short: "Benchmarks: transfer engine, memcpy baseline"}
-	c.AddCommand(benchTransferCmd(), benchMemcpyCmd())
+	c := &cobra.Command{Use: "bench", Short: "Benchmarks: transfer engine, memcpy baseline, store"}
+	c.AddCommand(benchTransferCmd(), benchMemcpyCmd(), benchStoreCmd())
 	return c
 }
 

@@ -2,7 +2,8 @@
 // pool's master, `mooncake node` contributes DRAM to a master, and
 // `mooncake replay` replays a Mooncake request trace against a pool (the
 // main job; with no flags it replays the embedded conversation trace on a
-// pool it starts in-process).
+// pool it starts in-process); `mooncake ctl` inspects and administers a
+// running master.
 package main
 
 import (
@@ -32,7 +33,7 @@ func main() {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{2, c.CommandPath() + ": " + err.Error()}
 	})
-	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd())
+	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd())
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {

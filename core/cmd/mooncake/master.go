@@ -24,6 +24,9 @@ func masterCmd() *cobra.Command {
 		leaseTTL                                  int64
 		evictRatio, watermark                     float64
 		clientTTL, discardTimeout, releaseTimeout int64
+		etcdEndpoints, clusterID, advertise       string
+		enableHA                                  bool
+		snapshotSeconds                           int64
 	)
 	c := &cobra.Command{
 		Use:   "master",
@@ -50,6 +53,16 @@ one command runs a whole single-machine pool.`,
 			if enableMeta {
 				cfg.MetadataAddr = net.JoinHostPort(metaHost, strconv.Itoa(metaPort))
 			}
+			if eps := server.ParseEtcdEndpoints(etcdEndpoints); len(eps) > 0 || enableHA {
+				if len(eps) == 0 {
+					return &exitError{2, "mooncake master: --enable_ha needs --etcd-endpoints"}
+				}
+				cfg.HA = &server.HAConfig{
+					Endpoints: eps, ClusterID: clusterID, AdvertiseAddr: advertise,
+					SnapshotInterval: time.Duration(snapshotSeconds) * time.Second,
+					Logf:             func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+				}
+			}
 			p, err := server.Start(cfg)
 			if err != nil {
 				return &exitError{1, "mooncake master: " + err.Error()}
@@ -61,6 +74,9 @@ one command runs a whole single-machine pool.`,
 			}
 			if p.MetadataURL != "" {
 				fmt.Fprintf(os.Stderr, ", metadata %s", p.MetadataURL)
+			}
+			if cfg.HA != nil {
+				fmt.Fprintf(os.Stderr, ", HA cluster %s on etcd %v (%s)", cfg.HA.ClusterID, cfg.HA.Endpoints, p.Role())
 			}
 			fmt.Fprintln(os.Stderr)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -85,5 +101,11 @@ one command runs a whole single-machine pool.`,
 	f.Int64Var(&clientTTL, "client_ttl", 10, "seconds a client stays alive without a heartbeat")
 	f.Int64Var(&discardTimeout, "put_start_discard_timeout_sec", 30, "age after which an unfinished put may be taken over, s")
 	f.Int64Var(&releaseTimeout, "put_start_release_timeout_sec", 600, "delay before a taken-over put's space is freed, s")
+	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "etcd endpoints host:port[,host:port...] (also ';'-separated): run for leadership with a replicated object table (high availability)")
+	f.StringVar(&etcdEndpoints, "etcd_endpoints", "", "alias of --etcd-endpoints (upstream spelling)")
+	f.BoolVar(&enableHA, "enable_ha", false, "high availability (implied by --etcd-endpoints, which it requires)")
+	f.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster id: scopes the election and the replicated table in etcd")
+	f.StringVar(&advertise, "rpc_advertise_address", "", "RPC address clients are sent to while this master leads (default the bound address, 0.0.0.0 replaced by a local address)")
+	f.Int64Var(&snapshotSeconds, "snapshot_interval_seconds", 60, "HA: seconds between snapshots of the replicated table (also every 10000 changes)")
 	return c
 }

@@ -13,11 +13,13 @@ import (
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
 func nodeCmd() *cobra.Command {
 	var masterAddr, metaURL, segSize, hostname, bind, protocol string
+	var offerShm bool
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Contribute --segment-size bytes of DRAM to a master's pool",
@@ -43,10 +45,14 @@ func nodeCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			cl, err := client.New(ctx, client.Config{
+			cfg := client.Config{
 				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
-			})
+			}
+			if offerShm {
+				cfg.Local = shm.New(shm.Config{})
+			}
+			cl, err := client.New(ctx, cfg)
 			if err != nil {
 				return &exitError{1, "mooncake node: " + err.Error()}
 			}
@@ -62,5 +68,6 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&hostname, "local_hostname", "", "this node's segment name, unique in the cluster (default <hostname>-<random>)")
 	f.StringVar(&bind, "bind", "0.0.0.0:0", "data-plane listen address (upstream MC_TCP_BIND_ADDRESS)")
 	f.StringVar(&protocol, "protocol", "tcp", "transfer protocol")
+	f.BoolVar(&offerShm, "shm", true, "also offer the segment over shared memory (memfd) to clients on this host")
 	return c
 }

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/core/alloc"
 	"github.com/mooncake-go/mooncake/core/memory"
@@ -41,13 +40,24 @@ type Config struct {
 	// cluster (upstream local_hostname); default "<hostname>-<random>".
 	LocalHostname string
 	// MasterAddr is the master's gRPC address host:port (upstream
-	// master_server_addr); required.
+	// master_server_addr), or "etcd://h1:2379,h2:2379" (also ';'-separated)
+	// to follow the leader of highly available masters (leader.go);
+	// required.
 	MasterAddr string
+	// ClusterID is the HA cluster an etcd:// MasterAddr follows (upstream
+	// MC_STORE_CLUSTER_ID); default "mooncake_cluster".
+	ClusterID string
 	// Metadata is the transfer engine's descriptor store (upstream
 	// metadata_server); required.
 	Metadata metadata.Store
 	// Transport is the transfer transport (upstream protocol); required.
 	Transport transfer.Transport
+	// Local is an optional same-host transport (shm), handed to the engine
+	// as transfer.Config.Local: peers on this host that offer it are reached
+	// through it, others through Transport. The global segment is always a
+	// sealed memory file (memory.MapShared), so same-host peers whose engine
+	// has a Local transport can map it.
+	Local transfer.Transport
 	// GlobalSegmentSize is the DRAM in bytes contributed to the pool; 0 =
 	// pure client (upstream global_segment_size).
 	GlobalSegmentSize uint64
@@ -122,15 +132,14 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 			started.teardown()
 		}
 	}()
-	c.conn, err = grpc.NewClient(cfg.MasterAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, store.Errorf(store.RPCFail, "master %s: %v", cfg.MasterAddr, err)
+	if c.conn, err = c.dialMaster(); err != nil {
+		return nil, err
 	}
 	c.rpc = pb.NewMasterClient(c.conn)
 	if _, err := c.ping(ctx); err != nil {
 		return nil, err
 	}
-	c.engine, err = transfer.New(ctx, transfer.Config{Name: cfg.LocalHostname, Metadata: cfg.Metadata, Transport: cfg.Transport})
+	c.engine, err = transfer.New(ctx, transfer.Config{Name: cfg.LocalHostname, Metadata: cfg.Metadata, Transport: cfg.Transport, Local: cfg.Local})
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +155,10 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		}
 	}
 	if cfg.GlobalSegmentSize > 0 {
-		if c.segment, err = memory.Map(int(cfg.GlobalSegmentSize)); err != nil {
+		if c.segment, err = memory.MapShared(int(cfg.GlobalSegmentSize), "mooncake-segment"); err != nil {
 			return nil, err
 		}
-		if err = c.engine.RegisterLocalMemory(ctx, c.segment.Bytes(), "cpu:0", true); err != nil {
+		if err = c.engine.RegisterRegion(ctx, c.segment, "cpu:0", true); err != nil {
 			return nil, err
 		}
 		c.segID = cfg.LocalHostname + "/" + randomID()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"google.golang.org/grpc"
@@ -18,15 +19,28 @@ import (
 type PutOptions struct {
 	ReplicaNum       int    // 0 = the client's default
 	PreferredSegment string // segment name tried first
+	// WithSoftPin soft-pins the values (upstream with_soft_pin, 0.3.x):
+	// the master evicts them only when nothing else can go, while they are
+	// read within its soft pin TTL.
+	WithSoftPin bool
+	// WithHardPin hard-pins the values (upstream with_hard_pin): never
+	// evicted; removed only by a forced Remove or by RemoveAll.
+	WithHardPin bool
+	// OnPartial, if set, is called once per key stored with fewer replicas
+	// than asked, with the number made and asked. The master places
+	// replicas best effort (too few segments, or too little free space), and
+	// such a put still succeeds, as upstream.
+	OnPartial func(key string, made, asked int)
 }
 
 func (c *Client) replicaConfig(o *PutOptions) *pb.ReplicaConfig {
-	rc := &pb.ReplicaConfig{ReplicaNum: int32(c.cfg.ReplicaNum)}
+	rc := &pb.ReplicaConfig{ReplicaNum: int32(c.cfg.ReplicaNum), HostId: hostOf(c.cfg.LocalHostname)}
 	if o != nil {
 		if o.ReplicaNum > 0 {
 			rc.ReplicaNum = int32(o.ReplicaNum)
 		}
 		rc.PreferredSegment = o.PreferredSegment
+		rc.WithSoftPin, rc.WithHardPin = o.WithSoftPin, o.WithHardPin
 	}
 	return rc
 }
@@ -63,7 +77,7 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte,
 	if len(resp.Results) != len(keys) {
 		return fill(errs, store.Errorf(store.RPCFail, "put start: %d results for %d keys", len(resp.Results), len(keys)))
 	}
-	type write struct{ key, first, n int }
+	type write struct{ key, first, n, replicas int }
 	var reqs []transfer.Request
 	var writes []write
 	for i, r := range resp.Results {
@@ -73,14 +87,14 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte,
 			}
 			continue
 		}
-		w := write{key: i, first: len(reqs)}
+		w := write{key: i, first: len(reqs), replicas: len(r.Replicas)}
 		for _, rep := range r.Replicas {
-			seg, err := c.engine.OpenSegment(ctx, rep.Segment)
+			rs, err := c.transferReqs(ctx, transfer.Write, rep, srcs[i])
 			if err != nil {
-				errs[i] = store.Errorf(store.TransferFail, "key %q: open segment %q: %v", keys[i], rep.Segment, err)
+				errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], err)
 				break
 			}
-			reqs = append(reqs, transfer.Request{Op: transfer.Write, Source: memory.AddrOf(srcs[i]), Target: seg, TargetOffset: rep.Addr, Length: sizes[i]})
+			reqs = append(reqs, rs...)
 		}
 		w.n = len(reqs) - w.first
 		writes = append(writes, w)
@@ -106,6 +120,14 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte,
 		}
 	}
 	c.finish(ctx, c.rpc.BatchPutEnd, "put end", done, doneIdx, errs)
+	if opts != nil && opts.OnPartial != nil {
+		asked := int(c.replicaConfig(opts).ReplicaNum)
+		for _, w := range writes {
+			if errs[w.key] == nil && w.replicas < asked {
+				opts.OnPartial(keys[w.key], w.replicas, asked)
+			}
+		}
+	}
 	// Revoke failures are reported but the write error stays the cause.
 	rerrs := make([]error, len(keys))
 	c.finish(ctx, c.rpc.BatchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
@@ -199,7 +221,8 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 	// First attempt: replica 0 of every key (one batch); failed keys retry
 	// on their other replicas one by one.
 	reqs := make([]transfer.Request, 0, len(keys))
-	idx := make([]int, 0, len(keys))
+	type span struct{ key, first, n int } // a key's requests in reqs
+	idx := make([]span, 0, len(keys))
 	var lease time.Duration
 	for i, r := range resp.Results {
 		if err := statusErr(r.Status); err != nil {
@@ -216,24 +239,25 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			continue
 		}
 		lease = time.Duration(r.LeaseTtlMs) * time.Millisecond
-		req, err := c.readReq(ctx, r.Replicas[c.pick(r.Replicas)], dsts[i])
+		rs, err := c.transferReqs(ctx, transfer.Read, r.Replicas[c.pick(r.Replicas)], dsts[i])
 		if err != nil {
 			errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], err)
 			continue
 		}
-		reqs = append(reqs, req)
-		idx = append(idx, i)
+		reqs = append(reqs, rs...)
+		idx = append(idx, span{i, len(reqs) - len(rs), len(rs)})
 	}
 	st, terr := c.run(ctx, reqs)
-	for j, i := range idx {
+	for _, sp := range idx {
+		i := sp.key
 		r := resp.Results[i]
-		if terr == nil && st[j].Status == transfer.StatusCompleted {
-			n[i] = int(r.Replicas[0].Size)
-			continue
-		}
 		cause := terr
 		if cause == nil {
-			cause = st[j].Err
+			cause = failed(st[sp.first : sp.first+sp.n])
+		}
+		if cause == nil {
+			n[i] = int(r.Replicas[0].Size)
+			continue
 		}
 		errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], cause)
 		first := c.pick(r.Replicas)
@@ -241,12 +265,11 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			if k == first || ctx.Err() != nil {
 				continue
 			}
-			req, err := c.readReq(ctx, rep, dsts[i])
+			rs, err := c.transferReqs(ctx, transfer.Read, rep, dsts[i])
 			if err == nil {
 				var s []transfer.TaskStatus
-				s, err = c.run(ctx, []transfer.Request{req})
-				if err == nil && s[0].Status != transfer.StatusCompleted {
-					err = s[0].Err
+				if s, err = c.run(ctx, rs); err == nil {
+					err = failed(s)
 				}
 			}
 			if err == nil {
@@ -276,12 +299,53 @@ func (c *Client) pick(rs []*pb.Replica) int {
 	return 0
 }
 
-func (c *Client) readReq(ctx context.Context, rep *pb.Replica, dst []byte) (transfer.Request, error) {
-	seg, err := c.engine.OpenSegment(ctx, rep.Segment)
-	if err != nil {
-		return transfer.Request{}, fmt.Errorf("open segment %q: %w", rep.Segment, err)
+// transferReqs returns the requests that move replica rep to (Write) or
+// from (Read) buf: one per slice of a striped replica, each at its offset
+// in the value, else one for the whole value.
+func (c *Client) transferReqs(ctx context.Context, op transfer.Opcode, rep *pb.Replica, buf []byte) ([]transfer.Request, error) {
+	slices := rep.Slices
+	if len(slices) == 0 {
+		slices = []*pb.Slice{{Segment: rep.Segment, SegmentId: rep.SegmentId, Addr: rep.Addr, Size: rep.Size}}
 	}
-	return transfer.Request{Op: transfer.Read, Source: memory.AddrOf(dst), Target: seg, TargetOffset: rep.Addr, Length: rep.Size}, nil
+	out := make([]transfer.Request, len(slices))
+	var off uint64
+	for i, s := range slices {
+		if s.Size == 0 || off+s.Size > rep.Size || off+s.Size > uint64(len(buf)) {
+			return nil, fmt.Errorf("replica slice %d (%d bytes at value offset %d) outside the %d-byte value", i, s.Size, off, rep.Size)
+		}
+		seg, err := c.engine.OpenSegment(ctx, s.Segment)
+		if err != nil {
+			return nil, fmt.Errorf("open segment %q: %w", s.Segment, err)
+		}
+		out[i] = transfer.Request{Op: op, Source: memory.AddrOf(buf) + off, Target: seg, TargetOffset: s.Addr, Length: s.Size}
+		off += s.Size
+	}
+	if off != rep.Size {
+		return nil, fmt.Errorf("replica slices hold %d of %d bytes", off, rep.Size)
+	}
+	return out, nil
+}
+
+// failed returns the first failure among st, or nil when all completed.
+func failed(st []transfer.TaskStatus) error {
+	for i, s := range st {
+		if s.Status != transfer.StatusCompleted {
+			if s.Err != nil {
+				return s.Err
+			}
+			return fmt.Errorf("request %d: %v", i, s.Status)
+		}
+	}
+	return nil
+}
+
+// hostOf is the host part of a segment name "host:port", or the name: the
+// writer's host id for the master's local_first placement.
+func hostOf(name string) string {
+	if h, _, err := net.SplitHostPort(name); err == nil {
+		return h
+	}
+	return name
 }
 
 // GetInto reads key into dst (registered memory) and returns the bytes

@@ -1,7 +1,7 @@
 // Package localcluster starts a whole KV-cache pool inside one process on
 // 127.0.0.1: a master (gRPC, embedded HTTP metadata server) and N storage
-// nodes over the tcp transport. `mooncake replay` runs on it by default and
-// the integration tests use it.
+// nodes over the tcp transport (plus same-host shm with Options.Shm).
+// `mooncake replay` runs on it by default and the integration tests use it.
 //
 // Concurrency: Start and Close are not concurrent with each other; the
 // clients it returns are safe for concurrent use.
@@ -16,6 +16,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/server"
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
@@ -24,12 +25,17 @@ type Options struct {
 	Nodes       int    // storage nodes; default 2
 	SegmentSize uint64 // bytes of DRAM per node; required
 	Master      master.Config
+	// Shm also offers the same-host shm transport: nodes listen on it and
+	// NewClient gives clients one (Config.Local) unless set, so data moves
+	// by memory copy instead of over loopback tcp. Default false (pure tcp).
+	Shm bool
 }
 
 // Cluster is a running local pool.
 type Cluster struct {
 	Master *server.Process
 	Nodes  []*client.Client
+	shm    bool // Options.Shm
 }
 
 // Start runs a master and the nodes. Errors: INVALID_PARAMS for a zero
@@ -45,7 +51,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Master: p}
+	c = &Cluster{Master: p, shm: opts.Shm}
 	defer func() {
 		if err != nil {
 			c.Close()
@@ -62,7 +68,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 }
 
 // NewClient starts a client of this pool; MasterAddr, Metadata and Transport
-// are filled in when empty (tcp on 127.0.0.1). The caller closes it.
+// are filled in when empty (tcp on 127.0.0.1), and Local (shm) too when the
+// pool was started with Options.Shm. The caller closes it.
 func (c *Cluster) NewClient(ctx context.Context, cfg client.Config) (*client.Client, error) {
 	if cfg.MasterAddr == "" {
 		cfg.MasterAddr = c.Master.RPCAddr
@@ -76,6 +83,9 @@ func (c *Cluster) NewClient(ctx context.Context, cfg client.Config) (*client.Cli
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = tcp.New(tcp.Config{})
+	}
+	if cfg.Local == nil && c.shm {
+		cfg.Local = shm.New(shm.Config{})
 	}
 	return client.New(ctx, cfg)
 }

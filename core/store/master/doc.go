@@ -2,7 +2,12 @@
 // table, space allocation over mounted segments, replicas, leases, client
 // liveness and eviction. It mirrors upstream Mooncake Store's MasterService
 // (PutStart / PutEnd / PutRevoke, GetReplicaList with leases, ExistKey,
-// Remove, MountSegment / UnmountSegment, Ping) with the same error codes.
+// Remove, RemoveByRegex, RemoveAll, GetSize, MountSegment / ReMountSegment /
+// UnmountSegment, Ping) with the same error codes, plus operator reads that
+// grant no lease (Stat, ListKeys, ListSegments, QuerySegment). Placement
+// follows Config.AllocationStrategy (placement.go); a value larger than any
+// segment is striped over several (Replica.Slices). Soft and hard pins
+// change the eviction order (pins.go).
 //
 // Determinism: a Master does no I/O, starts no goroutines and reads time only
 // through Config.Now and randomness only through Config.Rand, so a sequence
@@ -12,8 +17,9 @@
 // Concurrency: a Master is NOT safe for concurrent use; the caller serialises
 // calls (the server holds one mutex around every call).
 //
-// Invariants: every replica's range is allocated in its segment's allocator
-// exactly once; replicas of one object lie on distinct segments; only
+// Invariants: every replica's range (each piece of a striped one) is
+// allocated in its segment's allocator exactly once; replicas of one object,
+// and the pieces of all of them, lie on distinct segments; only
 // complete objects are on the LRU list; an object whose lease has not expired
-// is never evicted, and neither is one being written.
+// is never evicted, and neither is one being written or hard-pinned.
 package master

@@ -43,6 +43,21 @@ type Config struct {
 	Now func() time.Time
 	// Rand drives placement; default a fixed-seed PCG (deterministic).
 	Rand *rand.Rand
+	// Observer, when set, is told of every committed mutation,
+	// synchronously and in order (replication.go); default none.
+	Observer Observer
+	// AllocationStrategy orders the segments tried for new replicas
+	// (upstream --allocation_strategy): StrategyRandom (default),
+	// StrategyFreeRatioFirst or StrategyLocalFirst; see placement.go.
+	AllocationStrategy string
+	// DefaultSoftPinTTL is how long a soft pin protects an object after it
+	// becomes readable and after each lease grant (0.3.x semantics);
+	// default 30 min (upstream --default_kv_soft_pin_ttl).
+	DefaultSoftPinTTL time.Duration
+	// NoEvictSoftPinned keeps soft-pinned objects even when nothing else
+	// can be evicted (upstream --allow_evict_soft_pinned_objects=false). By
+	// default they are evicted in a second pass, as upstream.
+	NoEvictSoftPinned bool
 }
 
 func (c *Config) defaults() {
@@ -70,6 +85,12 @@ func (c *Config) defaults() {
 	if c.Rand == nil {
 		c.Rand = rand.New(rand.NewPCG(1, 2))
 	}
+	if c.AllocationStrategy == "" {
+		c.AllocationStrategy = StrategyRandom
+	}
+	if c.DefaultSoftPinTTL <= 0 {
+		c.DefaultSoftPinTTL = 30 * time.Minute
+	}
 }
 
 // Validate reports an out-of-range setting.
@@ -80,7 +101,7 @@ func (c *Config) Validate() error {
 	if c.EvictionHighWatermark < 0 || c.EvictionHighWatermark > 1 {
 		return store.Errorf(store.InvalidParams, "eviction_high_watermark_ratio %v not in [0,1]", c.EvictionHighWatermark)
 	}
-	return nil
+	return checkStrategy(c.AllocationStrategy)
 }
 
 // Segment is a range of memory a client mounted into the pool.
@@ -90,6 +111,7 @@ type Segment struct {
 	Base     uint64 // virtual address of the first byte in the owner's process
 	Size     uint64 // bytes
 	Protocol string // "tcp", ...
+	HostID   string // the owner's host (upstream host_id) for local_first; "" = host part of Name
 }
 
 // ReplicaConfig is the per-put replication request (upstream ReplicateConfig).
@@ -99,6 +121,20 @@ type ReplicaConfig struct {
 	ReplicaNum int
 	// PreferredSegment is a segment name tried first (upstream preferred_segment).
 	PreferredSegment string
+	// PreferredSegments are segment names tried first, in order, before
+	// PreferredSegment (upstream preferred_segments).
+	PreferredSegments []string
+	// HostID is the writer's host, used by the local_first strategy
+	// (upstream host_id, filled by the client); "" = host part of
+	// PreferredSegment.
+	HostID string
+	// WithSoftPin soft-pins the object (upstream 0.3.x with_soft_pin): it
+	// is evicted only when nothing else can be, for DefaultSoftPinTTL after
+	// it becomes readable and after each read.
+	WithSoftPin bool
+	// WithHardPin hard-pins the object (upstream with_hard_pin): never
+	// evicted; removed only by Remove with force or RemoveAll.
+	WithHardPin bool
 }
 
 // ReplicaStatus mirrors upstream's replica status.
@@ -111,13 +147,18 @@ const (
 
 // Replica describes one copy of a value: read or write [Addr, Addr+Size) of
 // the transfer segment named Segment (upstream memory descriptor:
-// buffer_address, size, transport_endpoint).
+// buffer_address, size, transport_endpoint). A striped replica (a value
+// larger than any one segment can hold) has Slices instead: the value's
+// consecutive pieces, each on its own segment; Segment, SegmentID and Addr
+// are then empty and Size is the whole value. Pieces returns either form as
+// slices.
 type Replica struct {
 	Segment   string // transport endpoint: the owner's transfer segment name
 	SegmentID string
 	Addr      uint64
 	Size      uint64
 	Status    ReplicaStatus
+	Slices    []Slice // nil unless striped
 }
 
 type segment struct {
@@ -130,6 +171,7 @@ type segment struct {
 type replica struct {
 	seg    *segment
 	offset uint64
+	stripe []piece // nil: contiguous [offset, offset+size) on seg; else every piece, stripe[0] at seg/offset
 }
 
 type object struct {
@@ -141,6 +183,9 @@ type object struct {
 	complete   bool
 	leaseUntil time.Time
 	prev, next *object // LRU list (complete objects only); head.next is most recent
+
+	softPin, hardPin bool      // ReplicaConfig.WithSoftPin / WithHardPin
+	softPinUntil     time.Time // soft pin deadline, refreshed by each lease grant
 }
 
 type discarded struct {
@@ -160,6 +205,10 @@ type Stats struct {
 	AllocFailures  uint64 // PutStart calls that found no space even after eviction
 	SegmentsDetail []SegmentStats
 	DiscardedBytes uint64 // space of taken-over writes not yet released
+	SoftPinned     int    // objects put WithSoftPin
+	HardPinned     int    // objects put WithHardPin
+	PartialPuts    uint64 // PutStart calls that made fewer replicas than asked
+	StripedPuts    uint64 // PutStart calls that striped a replica over segments
 }
 
 // SegmentStats is one segment's usage.
@@ -181,6 +230,7 @@ type Master struct {
 	capacity uint64
 	used     uint64
 	stats    Stats
+	pinned   struct{ soft, hard int } // objects in the table with each pin
 }
 
 // New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
@@ -257,6 +307,7 @@ func (m *Master) MountSegment(seg Segment, client string) error {
 	m.order[i] = s
 	m.capacity += seg.Size
 	m.touchClient(client)
+	m.observeMounted(s)
 	return nil
 }
 
@@ -270,19 +321,7 @@ func (m *Master) UnmountSegment(id, client string) error {
 		return store.Errorf(store.SegmentNotFound, "segment %q", id)
 	}
 	for o := range s.objects {
-		kept := o.replicas[:0]
-		for _, r := range o.replicas {
-			if r.seg != s {
-				kept = append(kept, r)
-			} else {
-				m.used -= o.size
-			}
-		}
-		o.replicas = kept
-		if len(kept) == 0 {
-			m.lruRemove(o)
-			delete(m.objects, o.key)
-		}
+		m.dropReplicasOn(o, s)
 	}
 	// Discarded ranges on this segment vanish with it.
 	for i := range m.discards {
@@ -306,6 +345,7 @@ func (m *Master) UnmountSegment(id, client string) error {
 		}
 	}
 	m.capacity -= s.Size
+	m.observeUnmounted(id)
 	return nil
 }
 
@@ -323,15 +363,12 @@ func (m *Master) Ping(client string) (needRemount bool, err error) {
 }
 
 func (m *Master) free(o *object) {
+	m.observeRemoved(o)
 	for _, r := range o.replicas {
-		if err := r.seg.alloc.Free(r.offset); err == nil {
-			m.used -= o.size
-		}
-		delete(r.seg.objects, o)
+		m.freeReplica(o, r, nil)
 	}
 	o.replicas = nil
-	m.lruRemove(o)
-	delete(m.objects, o.key)
+	m.forget(o)
 }
 
 func (m *Master) descs(o *object) []Replica {
@@ -341,17 +378,20 @@ func (m *Master) descs(o *object) []Replica {
 	}
 	out := make([]Replica, len(o.replicas))
 	for i, r := range o.replicas {
-		out[i] = Replica{Segment: r.seg.Name, SegmentID: r.seg.ID, Addr: r.seg.Base + r.offset, Size: o.size, Status: st}
+		out[i] = describe(o, r, st)
 	}
 	return out
 }
 
 // PutStart reserves space for key's value of size bytes: up to
-// cfg.ReplicaNum replicas on distinct segments, returned in PROCESSING state
-// for the caller to write. When space is short it evicts (least recently
-// used, unleased, complete objects) and retries, and returns fewer replicas
-// than asked if that is all that fits. Errors: INVALID_PARAMS (empty key,
-// size 0, ReplicaNum <= 0); INVALID_KEY (key too long); OBJECT_ALREADY_EXISTS
+// cfg.ReplicaNum replicas on distinct segments, chosen by
+// Config.AllocationStrategy, returned in PROCESSING state for the caller to
+// write. A value no one segment can hold is striped (see Replica.Slices).
+// When space is short it evicts (least recently used, unleased, complete
+// objects; soft-pinned ones last, hard-pinned never) and retries, and
+// returns fewer replicas than asked if that is all that fits (counted in
+// Stats.PartialPuts). Errors: INVALID_PARAMS (empty key, size 0,
+// ReplicaNum <= 0); INVALID_KEY (key too long); OBJECT_ALREADY_EXISTS
 // (complete, or being written for less than PutStartDiscardTimeout);
 // NO_AVAILABLE_HANDLE (nothing fits even after eviction, or no segments).
 // Mirrors upstream PutStart, except that upstream evicts asynchronously and
@@ -375,78 +415,19 @@ func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([
 		}
 		// Take over a stale write: its writer may still be writing, so its
 		// space is only released after PutStartReleaseTimeout.
-		m.discards = append(m.discards, discarded{replicas: o.replicas, release: now.Add(m.cfg.PutStartReleaseTimeout)})
-		for _, r := range o.replicas {
-			delete(r.seg.objects, o)
-			m.stats.DiscardedBytes += o.size
-		}
-		o.replicas = nil
-		delete(m.objects, key)
+		m.discard(o, now)
 	}
 	if size > m.capacity {
 		return nil, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
 	}
-	o := &object{key: key, size: size, owner: client, started: now}
-	want := cfg.ReplicaNum
-	if want > len(m.order) {
-		want = len(m.order)
-	}
-	for round := 0; ; round++ {
-		m.place(o, want, cfg.PreferredSegment)
-		if len(o.replicas) == want || round == 4 {
-			break
-		}
-		if m.evict(now, m.evictTarget(size)) == 0 {
-			break
-		}
-	}
+	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin}
+	m.allocate(o, cfg, now)
 	if len(o.replicas) == 0 {
 		m.stats.AllocFailures++
 		return nil, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
 	}
-	m.objects[key] = o
+	m.adopt(o, cfg.ReplicaNum)
 	return m.descs(o), nil
-}
-
-// place allocates replicas of o until it has want of them, on segments not
-// yet holding one: the preferred segment first, then from a random start in
-// ID order (upstream's `random` strategy).
-func (m *Master) place(o *object, want int, preferred string) {
-	has := func(s *segment) bool {
-		for _, r := range o.replicas {
-			if r.seg == s {
-				return true
-			}
-		}
-		return false
-	}
-	try := func(s *segment) {
-		if len(o.replicas) >= want || has(s) {
-			return
-		}
-		off, err := s.alloc.Alloc(o.size, allocAlign)
-		if err != nil {
-			return
-		}
-		o.replicas = append(o.replicas, replica{seg: s, offset: off})
-		s.objects[o] = struct{}{}
-		m.used += o.size
-	}
-	if preferred != "" {
-		for _, s := range m.order {
-			if s.Name == preferred {
-				try(s)
-			}
-		}
-	}
-	n := len(m.order)
-	if n == 0 {
-		return
-	}
-	start := m.cfg.Rand.IntN(n)
-	for i := 0; i < n && len(o.replicas) < want; i++ {
-		try(m.order[(start+i)%n])
-	}
 }
 
 // evictTarget is the bytes one eviction pass frees: eviction_ratio of the
@@ -454,24 +435,6 @@ func (m *Master) place(o *object, want int, preferred string) {
 func (m *Master) evictTarget(need uint64) uint64 {
 	t := uint64(m.cfg.EvictionRatio * float64(m.capacity))
 	return max(t, need)
-}
-
-// evict frees least recently used, unleased, complete objects until target
-// bytes were freed or no candidate is left; it returns the bytes freed.
-func (m *Master) evict(now time.Time, target uint64) uint64 {
-	var freed uint64
-	m.stats.EvictionRuns++
-	for o := m.lru.prev; o != &m.lru && freed < target; {
-		prev := o.prev
-		if !o.leaseUntil.After(now) {
-			freed += o.size * uint64(len(o.replicas))
-			m.stats.EvictedObjects++
-			m.stats.EvictedBytes += o.size * uint64(len(o.replicas))
-			m.free(o)
-		}
-		o = prev
-	}
-	return freed
 }
 
 // PutEnd marks key's replicas complete: the object becomes readable and the
@@ -492,6 +455,8 @@ func (m *Master) PutEnd(client, key string) error {
 	}
 	o.complete = true
 	m.lruFront(o)
+	m.refreshSoftPin(o)
+	m.observeCommitted(o)
 	return nil
 }
 
@@ -540,6 +505,7 @@ func (m *Master) grant(o *object) {
 		o.leaseUntil = until
 	}
 	m.lruFront(o)
+	m.refreshSoftPin(o)
 }
 
 // ExistKey reports whether key has a readable replica; a true answer grants
@@ -557,9 +523,10 @@ func (m *Master) ExistKey(key string) (bool, error) {
 	return true, nil
 }
 
-// Remove deletes key and frees its space. Errors: OBJECT_NOT_FOUND;
-// REPLICA_IS_NOT_READY (being written); OBJECT_HAS_LEASE (leased and not
-// force). Mirrors upstream Remove(key, force).
+// Remove deletes key and frees its space; a soft pin does not protect it.
+// Errors: OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (being written);
+// OBJECT_HAS_LEASE (leased, or hard-pinned, and not force). Mirrors
+// upstream Remove(key, force).
 func (m *Master) Remove(key string, force bool) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -573,6 +540,9 @@ func (m *Master) Remove(key string, force bool) error {
 	}
 	if !force && o.leaseUntil.After(m.cfg.Now()) {
 		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", key, o.leaseUntil.Sub(m.cfg.Now()))
+	}
+	if !force && o.hardPin {
+		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", key)
 	}
 	m.free(o)
 	return nil
@@ -631,6 +601,7 @@ func (m *Master) Stats() Stats {
 	s := m.stats
 	s.Capacity, s.Used = m.capacity, m.used
 	s.Objects, s.Segments, s.Clients = len(m.objects), len(m.order), len(m.clients)
+	s.SoftPinned, s.HardPinned = m.pinned.soft, m.pinned.hard
 	for _, seg := range m.order {
 		st := seg.alloc.Stats()
 		s.SegmentsDetail = append(s.SegmentsDetail, SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: len(seg.objects)})

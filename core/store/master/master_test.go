@@ -256,8 +256,15 @@ func TestErrors(t *testing.T) {
 			_, err := e.m.PutStart("c1", "k", 4097, ReplicaConfig{ReplicaNum: 1})
 			return err
 		}, want: store.ErrNoAvailableHandle},
-		{name: "putstart bigger than any segment", setup: func(t *testing.T, e env) {
+		{name: "putstart bigger than any segment is striped", setup: func(t *testing.T, e env) {
 			mustMount(t, e.m, "c1", testSeg("a", 1024), testSeg("b", 1024))
+		}, op: func(e env) error {
+			_, err := e.m.PutStart("c1", "k", 1500, ReplicaConfig{ReplicaNum: 1})
+			return err
+		}},
+		{name: "putstart bigger than any segment and the free space", setup: func(t *testing.T, e env) {
+			mustMount(t, e.m, "c1", testSeg("a", 1024), testSeg("b", 1024))
+			mustPutStart(t, e.m, "c1", "busy", 1000, 1) // in progress: not evictable
 		}, op: func(e env) error {
 			_, err := e.m.PutStart("c1", "k", 1500, ReplicaConfig{ReplicaNum: 1})
 			return err
@@ -545,8 +552,11 @@ func TestReplicas(t *testing.T) {
 	}
 }
 
-// checkReplicas asserts want replicas on distinct segments, each inside its
-// segment's [base, base+size) and aligned.
+// checkReplicas asserts want replicas of size bytes with status st. Every
+// piece (the replica itself unless striped) lies inside its segment's
+// [base, base+size) and is aligned; no two pieces of the value share a
+// segment; a striped replica has at least two pieces summing to size and
+// empty top-level Segment/SegmentID/Addr.
 func checkReplicas(t testing.TB, rs []Replica, segs map[string]Segment, size uint64, st ReplicaStatus, want int) {
 	t.Helper()
 	if len(rs) != want {
@@ -554,22 +564,37 @@ func checkReplicas(t testing.TB, rs []Replica, segs map[string]Segment, size uin
 	}
 	seen := map[string]bool{}
 	for _, r := range rs {
-		s, ok := segs[r.SegmentID]
-		if !ok {
-			t.Fatalf("replica on unknown segment %q", r.SegmentID)
+		if r.Size != size || r.Status != st {
+			t.Fatalf("replica %+v: want size %d, status %d", r, size, st)
 		}
-		if seen[r.SegmentID] {
-			t.Fatalf("two replicas on segment %q: %+v", r.SegmentID, rs)
+		if len(r.Slices) > 0 {
+			if len(r.Slices) < 2 || r.Segment != "" || r.SegmentID != "" || r.Addr != 0 {
+				t.Fatalf("striped replica %+v: want >= 2 slices and no top-level location", r)
+			}
 		}
-		seen[r.SegmentID] = true
-		if r.Segment != s.Name || r.Size != size || r.Status != st {
-			t.Fatalf("replica %+v: want segment name %q, size %d, status %d", r, s.Name, size, st)
+		var sum uint64
+		for _, p := range r.Pieces() {
+			s, ok := segs[p.SegmentID]
+			if !ok {
+				t.Fatalf("replica on unknown segment %q", p.SegmentID)
+			}
+			if seen[p.SegmentID] {
+				t.Fatalf("two replicas (or pieces) on segment %q: %+v", p.SegmentID, rs)
+			}
+			seen[p.SegmentID] = true
+			if p.Segment != s.Name || p.Size == 0 {
+				t.Fatalf("piece %+v: want segment name %q and a size", p, s.Name)
+			}
+			if p.Addr < s.Base || p.Addr+p.Size > s.Base+s.Size {
+				t.Fatalf("piece [%#x, %#x) outside segment %q [%#x, %#x)", p.Addr, p.Addr+p.Size, s.ID, s.Base, s.Base+s.Size)
+			}
+			if (p.Addr-s.Base)%allocAlign != 0 {
+				t.Fatalf("piece offset %#x not %d-aligned", p.Addr-s.Base, allocAlign)
+			}
+			sum += p.Size
 		}
-		if r.Addr < s.Base || r.Addr+r.Size > s.Base+s.Size {
-			t.Fatalf("replica [%#x, %#x) outside segment %q [%#x, %#x)", r.Addr, r.Addr+r.Size, s.ID, s.Base, s.Base+s.Size)
-		}
-		if (r.Addr-s.Base)%allocAlign != 0 {
-			t.Fatalf("replica offset %#x not %d-aligned", r.Addr-s.Base, allocAlign)
+		if sum != size {
+			t.Fatalf("replica %+v: pieces hold %d bytes of %d", r, sum, size)
 		}
 	}
 }

@@ -39,7 +39,8 @@ type modelObj struct {
 	owner      string
 	started    time.Time
 	size       uint64
-	segs       []string // segment ids of the replicas
+	reps       [][]string        // per replica, the segment ids of its pieces (one unless striped)
+	pieceSize  map[string]uint64 // segment id -> bytes of the piece there
 	leaseUntil time.Time
 	lastUse    int // recency stamp; larger is more recent (complete objects)
 }
@@ -72,8 +73,8 @@ func (md *model) use(o *modelObj) {
 
 func (md *model) unmount(id string) {
 	for k, o := range md.objs {
-		o.segs = slices.DeleteFunc(o.segs, func(s string) bool { return s == id })
-		if len(o.segs) == 0 {
+		o.reps = slices.DeleteFunc(o.reps, func(r []string) bool { return slices.Contains(r, id) })
+		if len(o.reps) == 0 {
 			delete(md.objs, k)
 		}
 	}
@@ -146,8 +147,10 @@ func (p *propRun) step(i int) {
 			break
 		} else if ok {
 			p.seen["takeover"]++
-			for _, s := range o.segs {
-				md.discards = append(md.discards, modelDiscard{seg: s, size: o.size, release: now.Add(modelRelease)})
+			for _, r := range o.reps {
+				for _, s := range r {
+					md.discards = append(md.discards, modelDiscard{seg: s, size: o.pieceSize[s], release: now.Add(modelRelease)})
+				}
 			}
 			delete(md.objs, key)
 		}
@@ -161,9 +164,19 @@ func (p *propRun) step(i int) {
 				t.Fatalf("step %d %s: %d replicas with %d segments", i, op, len(rs), len(md.segs))
 			}
 			checkReplicas(t, rs, md.segs, size, ReplicaProcessing, len(rs))
-			o := &modelObj{owner: client, started: now, size: size}
+			o := &modelObj{owner: client, started: now, size: size, reps: repSegs(rs), pieceSize: map[string]uint64{}}
 			for _, x := range rs {
-				o.segs = append(o.segs, x.SegmentID)
+				for _, pc := range x.Pieces() {
+					o.pieceSize[pc.SegmentID] = pc.Size
+				}
+			}
+			if len(rs) < rn {
+				p.seen["partial"]++
+			}
+			for _, x := range rs {
+				if len(x.Slices) > 0 {
+					p.seen["striped"]++
+				}
 			}
 			md.objs[key] = o
 		}
@@ -224,13 +237,9 @@ func (p *propRun) step(i int) {
 			if ttl != modelLease {
 				t.Fatalf("step %d %s: lease %v", i, op, ttl)
 			}
-			checkReplicas(t, rs, md.segs, o.size, ReplicaComplete, len(o.segs))
-			var got []string
-			for _, x := range rs {
-				got = append(got, x.SegmentID)
-			}
-			if !sameSet(got, o.segs) {
-				t.Fatalf("step %d %s: replicas on %v, model %v", i, op, got, o.segs)
+			checkReplicas(t, rs, md.segs, o.size, ReplicaComplete, len(o.reps))
+			if got := repSegs(rs); !sameReps(got, o.reps) {
+				t.Fatalf("step %d %s: replicas on %v, model %v", i, op, got, o.reps)
 			}
 			o.leaseUntil = now.Add(modelLease)
 			md.use(o)
@@ -375,12 +384,21 @@ func (p *propRun) checkInvariants(i int, op string) {
 		if o.complete != mo.complete {
 			fail("key %q complete=%v, model %v", k, o.complete, mo.complete)
 		}
-		var segs []string
+		var reps [][]string
 		for _, r := range o.replicas {
-			segs = append(segs, r.seg.ID)
+			var ids []string
+			var sum uint64
+			for _, pc := range r.parts(o.size) {
+				ids = append(ids, pc.seg.ID)
+				sum += pc.size
+			}
+			if sum != o.size {
+				fail("key %q: a replica's pieces hold %d bytes of %d", k, sum, o.size)
+			}
+			reps = append(reps, ids)
 		}
-		if !sameSet(segs, mo.segs) || len(segs) == 0 {
-			fail("key %q replicas on %v, model %v", k, segs, mo.segs)
+		if !sameReps(reps, mo.reps) || len(reps) == 0 {
+			fail("key %q replicas on %v, model %v", k, reps, mo.reps)
 		}
 		live += o.size * uint64(len(o.replicas))
 		if o.complete {
@@ -435,10 +453,12 @@ func (p *propRun) checkInvariants(i int, op string) {
 	bySeg := map[*segment][]rng{}
 	for k, o := range m.objects {
 		for _, r := range o.replicas {
-			if m.segs[r.seg.ID] != r.seg {
-				fail("key %q has a replica on unmounted segment %s", k, r.seg.ID)
+			for _, pc := range r.parts(o.size) {
+				if m.segs[pc.seg.ID] != pc.seg {
+					fail("key %q has a replica on unmounted segment %s", k, pc.seg.ID)
+				}
+				bySeg[pc.seg] = append(bySeg[pc.seg], rng{pc.offset, pc.offset + pc.size, k})
 			}
-			bySeg[r.seg] = append(bySeg[r.seg], rng{r.offset, r.offset + o.size, k})
 		}
 	}
 	for _, d := range m.discards {
@@ -464,6 +484,29 @@ func (p *propRun) checkInvariants(i int, op string) {
 			fail("segment %s: %d allocations, %d live ranges", s.ID, got, len(rs))
 		}
 	}
+}
+
+// repSegs is the segment ids of each replica's pieces.
+func repSegs(rs []Replica) [][]string {
+	out := make([][]string, len(rs))
+	for i, r := range rs {
+		for _, s := range r.Pieces() {
+			out[i] = append(out[i], s.SegmentID)
+		}
+	}
+	return out
+}
+
+// sameReps compares replica placements ignoring replica order.
+func sameReps(a, b [][]string) bool {
+	key := func(rs [][]string) []string {
+		out := make([]string, len(rs))
+		for i, r := range rs {
+			out[i] = strings.Join(r, ",")
+		}
+		return out
+	}
+	return sameSet(key(a), key(b))
 }
 
 func sortedKeys[V any](mp map[string]V) []string {
@@ -537,7 +580,7 @@ func TestPropertyAgainstModel(t *testing.T) {
 	// The generator must reach every interesting path, or the property
 	// checks prove little.
 	for _, want := range []string{
-		"PutStart OK", "PutStart OBJECT_ALREADY_EXISTS", "PutStart NO_AVAILABLE_HANDLE",
+		"PutStart OK", "PutStart OBJECT_ALREADY_EXISTS", "PutStart NO_AVAILABLE_HANDLE", "partial", "striped",
 		"takeover", "discard released", "evicted by PutStart", "evicted by Tick", "client expired",
 		"PutEnd OK", "PutEnd ILLEGAL_CLIENT", "PutEnd OBJECT_NOT_FOUND",
 		"PutRevoke OK", "PutRevoke INVALID_WRITE", "PutRevoke ILLEGAL_CLIENT",

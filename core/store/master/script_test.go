@@ -26,15 +26,18 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testda
 // line; '#' lines are comments. Commands (args are key=value):
 //
 //	new [lease=D] [discard=D] [release=D] [ttl=D] [watermark=F] [ratio=F]
+//	    [strategy=S] [softpin=D] [keep-soft=true]
 //	mount id=S size=N [client=C]          unmount id=S [client=C]
-//	put-start client=C key=K size=N [replicas=N] [prefer=ID]
+//	put-start client=C key=K size=N [replicas=N] [prefer=ID] [pin=soft|hard|both]
 //	put-end client=C key=K                revoke client=C key=K
-//	put client=C key=K size=N [replicas=N] [prefer=ID]   (start + end)
+//	put client=C key=K size=N [replicas=N] [prefer=ID] [pin=...]   (start + end)
 //	fill client=C prefix=P n=N size=N     (n complete puts P0..P(n-1))
 //	get key=K   exist key=K   remove key=K [force=true]   ping client=C
+//	remove-regex re=R [force=true]   remove-all [force=true]   getsize key=K
 //	advance d=D   tick   stats   keys
 //
-// Replicas print as segment-id+offset.
+// Replicas print as segment-id+offset; a striped replica as its slices
+// segment-id+offset:size joined by "|".
 func TestScripts(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.txt"))
 	if err != nil || len(files) == 0 {
@@ -173,6 +176,9 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 			EvictionRatio:          flt("ratio", "0.05"),
 			Now:                    e.clk.Now,
 			Rand:                   rand.New(rand.NewPCG(1, 2)),
+			AllocationStrategy:     str("strategy", ""),
+			DefaultSoftPinTTL:      dur("softpin", "30m"),
+			NoEvictSoftPinned:      str("keep-soft", "false") == "true",
 		})
 		return errOr(err)
 	case "mount":
@@ -184,6 +190,17 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 		cfg := ReplicaConfig{ReplicaNum: int(num("replicas", "1"))}
 		if p := str("prefer", ""); p != "" {
 			cfg.PreferredSegment = "node-" + p
+		}
+		switch pin := str("pin", ""); pin {
+		case "soft":
+			cfg.WithSoftPin = true
+		case "hard":
+			cfg.WithHardPin = true
+		case "both":
+			cfg.WithSoftPin, cfg.WithHardPin = true, true
+		case "":
+		default:
+			t.Fatalf("%s: pin=%q: want soft, hard or both", where, pin)
 		}
 		rs, err := m.PutStart(client, key, num("size", req), cfg)
 		if err == nil && cmd == "put" {
@@ -215,6 +232,14 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 		return errOr(err, strconv.FormatBool(ok))
 	case "remove":
 		return errOr(m.Remove(str("key", req), str("force", "false") == "true"))
+	case "remove-regex":
+		n, err := m.RemoveByRegex(str("re", req), str("force", "false") == "true")
+		return errOr(err, fmt.Sprintf("removed %d", n))
+	case "remove-all":
+		return []string{fmt.Sprintf("removed %d", m.RemoveAll(str("force", "false") == "true"))}
+	case "getsize":
+		n, err := m.GetSize(str("key", req))
+		return errOr(err, strconv.FormatUint(n, 10))
 	case "ping":
 		need, err := m.Ping(str("client", req))
 		if need {
@@ -230,6 +255,9 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 		st := m.Stats()
 		lines := []string{fmt.Sprintf("used %d/%d discarded %d objects %d segments %d clients %d evicted %d (%d bytes) runs %d allocfail %d",
 			st.Used, st.Capacity, st.DiscardedBytes, st.Objects, st.Segments, st.Clients, st.EvictedObjects, st.EvictedBytes, st.EvictionRuns, st.AllocFailures)}
+		if st.SoftPinned+st.HardPinned > 0 || st.PartialPuts+st.StripedPuts > 0 {
+			lines = append(lines, fmt.Sprintf("  pinned soft %d hard %d, puts partial %d striped %d", st.SoftPinned, st.HardPinned, st.PartialPuts, st.StripedPuts))
+		}
 		for _, sd := range st.SegmentsDetail {
 			lines = append(lines, fmt.Sprintf("  %s: used %d/%d objects %d", sd.ID, sd.Used, sd.Capacity, sd.Objects))
 		}
@@ -262,7 +290,15 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 func (e *scriptEnv) fmtReplicas(rs []Replica) string {
 	parts := make([]string, len(rs))
 	for i, r := range rs {
-		parts[i] = fmt.Sprintf("%s+%d", r.SegmentID, r.Addr-e.m.segs[r.SegmentID].Base)
+		if len(r.Slices) == 0 {
+			parts[i] = fmt.Sprintf("%s+%d", r.SegmentID, r.Addr-e.m.segs[r.SegmentID].Base)
+			continue
+		}
+		var ss []string
+		for _, x := range r.Slices {
+			ss = append(ss, fmt.Sprintf("%s+%d:%d", x.SegmentID, x.Addr-e.m.segs[x.SegmentID].Base, x.Size))
+		}
+		parts[i] = strings.Join(ss, "|")
 	}
 	return strings.Join(parts, " ")
 }

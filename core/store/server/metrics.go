@@ -37,23 +37,100 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		misses: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "master_mem_cache_miss_nums", Help: "GetReplicaList lookups that found nothing readable."}),
 	}
-	stat := func(name, help string, f func(st master.Stats) float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
-			var v float64
-			s.Do(func(mm *master.Master) { v = f(mm.Stats()) })
-			return v
-		})
-	}
-	reg.MustRegister(m.requests, m.latency, m.hits, m.misses,
-		stat("master_allocated_bytes", "Bytes allocated to objects over all segments.", func(st master.Stats) float64 { return float64(st.Used) }),
-		stat("master_total_capacity_bytes", "Bytes of all mounted segments.", func(st master.Stats) float64 { return float64(st.Capacity) }),
-		stat("master_key_count", "Objects in the table.", func(st master.Stats) float64 { return float64(st.Objects) }),
-		stat("master_segment_count", "Mounted segments.", func(st master.Stats) float64 { return float64(st.Segments) }),
-		stat("master_active_clients", "Clients with a live TTL.", func(st master.Stats) float64 { return float64(st.Clients) }),
-		stat("master_evicted_key_count", "Objects evicted since start.", func(st master.Stats) float64 { return float64(st.EvictedObjects) }),
-		stat("master_evicted_size_bytes", "Bytes evicted since start.", func(st master.Stats) float64 { return float64(st.EvictedBytes) }),
-	)
+	reg.MustRegister(m.requests, m.latency, m.hits, m.misses, newStatsCollector(s))
 	return m
+}
+
+// statGauge is one pool-wide series read from master.Stats.
+type statGauge struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(st *master.Stats) float64
+}
+
+// segGauge is one per-segment series (labels segment = name, segment_id)
+// read from master.Stats.SegmentsDetail.
+type segGauge struct {
+	desc  *prometheus.Desc
+	value func(g *master.SegmentStats) float64
+}
+
+// statsCollector exports master.Stats: it takes one snapshot per scrape
+// (under the server's lock, no I/O) and emits every series from it, so the
+// series of one scrape are consistent with each other. Segments appear and
+// disappear with mounts.
+type statsCollector struct {
+	s    *Server
+	pool []statGauge
+	seg  []segGauge
+}
+
+func newStatsCollector(s *Server) *statsCollector {
+	g := func(name, help string, f func(st *master.Stats) float64) statGauge {
+		return statGauge{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, f}
+	}
+	c := func(name, help string, f func(st *master.Stats) float64) statGauge {
+		return statGauge{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, f}
+	}
+	segLabels := []string{"segment", "segment_id"}
+	sg := func(name, help string, f func(g *master.SegmentStats) float64) segGauge {
+		return segGauge{prometheus.NewDesc(name, help, segLabels, nil), f}
+	}
+	return &statsCollector{
+		s: s,
+		pool: []statGauge{
+			g("master_allocated_bytes", "Bytes allocated to objects over all segments.", func(st *master.Stats) float64 { return float64(st.Used) }),
+			g("master_total_capacity_bytes", "Bytes of all mounted segments.", func(st *master.Stats) float64 { return float64(st.Capacity) }),
+			g("master_key_count", "Objects in the table.", func(st *master.Stats) float64 { return float64(st.Objects) }),
+			g("master_segment_count", "Mounted segments.", func(st *master.Stats) float64 { return float64(st.Segments) }),
+			g("master_active_clients", "Clients with a live TTL.", func(st *master.Stats) float64 { return float64(st.Clients) }),
+			g("master_evicted_key_count", "Objects evicted since start.", func(st *master.Stats) float64 { return float64(st.EvictedObjects) }),
+			g("master_evicted_size_bytes", "Bytes evicted since start.", func(st *master.Stats) float64 { return float64(st.EvictedBytes) }),
+			c("master_attempted_evictions_total", "Eviction passes run (by watermark or for an allocation) since start.", func(st *master.Stats) float64 { return float64(st.EvictionRuns) }),
+			c("master_put_start_alloc_failures_total", "PutStart calls that found no space even after eviction.", func(st *master.Stats) float64 { return float64(st.AllocFailures) }),
+			g("master_put_start_discarded_staging_size", "Bytes of taken-over writes not yet released.", func(st *master.Stats) float64 { return float64(st.DiscardedBytes) }),
+			c("master_put_start_partial_allocations_total", "PutStart calls that made fewer replicas than asked.", func(st *master.Stats) float64 { return float64(st.PartialPuts) }),
+			c("master_put_start_striped_total", "PutStart calls that striped a replica over segments.", func(st *master.Stats) float64 { return float64(st.StripedPuts) }),
+			g("master_soft_pin_key_count", "Objects put with a soft pin (evicted only after unpinned ones).", func(st *master.Stats) float64 { return float64(st.SoftPinned) }),
+			g("master_hard_pin_key_count", "Objects put with a hard pin (never evicted).", func(st *master.Stats) float64 { return float64(st.HardPinned) }),
+		},
+		seg: []segGauge{
+			sg("master_segment_allocated_bytes", "Bytes allocated to objects in the segment.", func(g *master.SegmentStats) float64 { return float64(g.Used) }),
+			sg("master_segment_capacity_bytes", "Bytes of the segment.", func(g *master.SegmentStats) float64 { return float64(g.Capacity) }),
+			sg("master_segment_usage_ratio", "Allocated / capacity of the segment, in [0,1].", func(g *master.SegmentStats) float64 {
+				if g.Capacity == 0 {
+					return 0
+				}
+				return float64(g.Used) / float64(g.Capacity)
+			}),
+			sg("master_segment_key_count", "Objects with a replica in the segment.", func(g *master.SegmentStats) float64 { return float64(g.Objects) }),
+		},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, g := range c.pool {
+		ch <- g.desc
+	}
+	for _, g := range c.seg {
+		ch <- g.desc
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	var st master.Stats
+	c.s.Do(func(m *master.Master) { st = m.Stats() })
+	for _, g := range c.pool {
+		ch <- prometheus.MustNewConstMetric(g.desc, g.kind, g.value(&st))
+	}
+	for i := range st.SegmentsDetail {
+		d := &st.SegmentsDetail[i]
+		for _, g := range c.seg {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.value(d), d.Name, d.ID)
+		}
+	}
 }
 
 func (m *metrics) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {

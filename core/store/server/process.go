@@ -28,6 +28,9 @@ type ProcessConfig struct {
 	MetadataAddr string
 	// TickInterval as Options.TickInterval.
 	TickInterval time.Duration
+	// HA, when set, runs this master as one of several sharing an etcd
+	// (leader election, replicated table); see HAConfig. nil = single master.
+	HA *HAConfig
 }
 
 // Process is a running master.
@@ -40,6 +43,7 @@ type Process struct {
 	rpcLn  net.Listener
 	http   []*http.Server
 	served chan error
+	ha     *haState // nil without HA
 }
 
 // Start binds every listener and starts serving. Errors: INVALID_PARAMS
@@ -61,7 +65,12 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 		return nil, fmt.Errorf("master: rpc listen %s: %w", cfg.RPCAddr, err)
 	}
 	p.RPCAddr = p.rpcLn.Addr().String()
-	p.Server = New(m, Options{TickInterval: cfg.TickInterval})
+	p.Server = New(m, Options{TickInterval: cfg.TickInterval, Interceptors: p.haInterceptors(cfg.HA)})
+	if cfg.HA != nil {
+		if err = p.startHA(cfg); err != nil {
+			return nil, err
+		}
+	}
 	serveHTTP := func(addr string, h http.Handler) (string, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -73,7 +82,7 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 		return ln.Addr().String(), nil
 	}
 	if cfg.MetricsAddr != "" {
-		if p.MetricsAddr, err = serveHTTP(cfg.MetricsAddr, p.Server.HTTPHandler()); err != nil {
+		if p.MetricsAddr, err = serveHTTP(cfg.MetricsAddr, p.httpHandler()); err != nil {
 			return nil, fmt.Errorf("master: metrics listen %s: %w", cfg.MetricsAddr, err)
 		}
 	}
@@ -104,8 +113,10 @@ func (p *Process) Wait(ctx context.Context) error {
 	}
 }
 
-// Close stops everything: HTTP servers, then the master service.
+// Close stops everything: the HA campaign (a leader resigns), HTTP
+// servers, then the master service.
 func (p *Process) Close() {
+	p.stopHA()
 	for _, hs := range p.http {
 		hs.Close()
 	}

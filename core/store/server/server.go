@@ -44,6 +44,9 @@ type Options struct {
 	// Registry receives the Prometheus metrics; nil = a fresh registry
 	// (see Server.Registry).
 	Registry *prometheus.Registry
+	// Interceptors run inside the metrics interceptor, in order, around
+	// every unary call (HA: the standby gate and replication sync).
+	Interceptors []grpc.UnaryServerInterceptor
 }
 
 // New wraps m. The caller must not use m afterwards except through the
@@ -58,7 +61,7 @@ func New(m *master.Master, opts Options) *Server {
 	s := &Server{stop: make(chan struct{}), done: make(chan struct{})}
 	s.mu.m = m
 	s.metrics = newMetrics(opts.Registry, s)
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(s.metrics.interceptor))
+	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...))
 	pb.RegisterMasterServer(s.grpc, s)
 	go s.tickLoop(opts.TickInterval)
 	return s
@@ -110,7 +113,7 @@ func status(err error) *pb.Status {
 func replicas(rs []master.Replica) []*pb.Replica {
 	out := make([]*pb.Replica, len(rs))
 	for i, r := range rs {
-		out[i] = &pb.Replica{Segment: r.Segment, SegmentId: r.SegmentID, Addr: r.Addr, Size: r.Size, Status: int32(r.Status)}
+		out[i] = &pb.Replica{Segment: r.Segment, SegmentId: r.SegmentID, Addr: r.Addr, Size: r.Size, Status: int32(r.Status), Slices: slicesPB(r.Slices)}
 	}
 	return out
 }
@@ -120,10 +123,7 @@ func replicas(rs []master.Replica) []*pb.Replica {
 // INVALID_PARAMS.
 func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResult, len(req.Keys))}
-	cfg := master.ReplicaConfig{ReplicaNum: 1}
-	if c := req.Config; c != nil {
-		cfg = master.ReplicaConfig{ReplicaNum: int(c.ReplicaNum), PreferredSegment: c.PreferredSegment}
-	}
+	cfg := replicaConfig(req.Config)
 	if len(req.Sizes) != len(req.Keys) {
 		for i, k := range req.Keys {
 			out.Results[i] = &pb.PutStartResult{Status: status(store.Errorf(store.InvalidParams, "key %q: %d sizes for %d keys", k, len(req.Sizes), len(req.Keys)))}
@@ -199,7 +199,7 @@ func (s *Server) MountSegment(ctx context.Context, req *pb.MountSegmentRequest) 
 	g := req.Segment
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return status(s.mu.m.MountSegment(master.Segment{ID: g.Id, Name: g.Name, Base: g.Base, Size: g.Size, Protocol: g.Protocol}, req.ClientId)), nil
+	return status(s.mu.m.MountSegment(segment(g), req.ClientId)), nil
 }
 
 // UnmountSegment implements storepb.MasterServer.
@@ -223,6 +223,7 @@ func (s *Server) GetStats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsR
 	st := s.mu.m.Stats()
 	s.mu.Unlock()
 	out := &pb.StatsResponse{Capacity: st.Capacity, Used: st.Used, Objects: int64(st.Objects), Segments: int64(st.Segments), EvictedObjects: st.EvictedObjects, EvictedBytes: st.EvictedBytes}
+	moreStats(out, st)
 	for _, g := range st.SegmentsDetail {
 		out.SegmentStats = append(out.SegmentStats, &pb.SegmentStats{Id: g.ID, Name: g.Name, Capacity: g.Capacity, Used: g.Used, Objects: int64(g.Objects)})
 	}

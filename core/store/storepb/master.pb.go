@@ -77,6 +77,79 @@ func (x *Status) GetMessage() string {
 	return ""
 }
 
+// One piece of a striped replica: [addr, addr+size) of segment holds the
+// next size bytes of the value.
+type Slice struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Addr          uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Slice) Reset() {
+	*x = Slice{}
+	mi := &file_master_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Slice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Slice) ProtoMessage() {}
+
+func (x *Slice) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Slice.ProtoReflect.Descriptor instead.
+func (*Slice) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Slice) GetSegment() string {
+	if x != nil {
+		return x.Segment
+	}
+	return ""
+}
+
+func (x *Slice) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *Slice) GetAddr() uint64 {
+	if x != nil {
+		return x.Addr
+	}
+	return 0
+}
+
+func (x *Slice) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// A replica is [addr, addr+size) of segment, or, when slices is not empty
+// (a value larger than any one segment), the slices in value order; segment,
+// segment_id and addr are then empty and size is the whole value.
 type Replica struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Segment       string                 `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"` // transport endpoint: owner's transfer segment name
@@ -84,13 +157,14 @@ type Replica struct {
 	Addr          uint64                 `protobuf:"varint,3,opt,name=addr,proto3" json:"addr,omitempty"`     // buffer_address in the owner's process
 	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`     // bytes
 	Status        int32                  `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"` // 2 processing, 3 complete
+	Slices        []*Slice               `protobuf:"bytes,6,rep,name=slices,proto3" json:"slices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Replica) Reset() {
 	*x = Replica{}
-	mi := &file_master_proto_msgTypes[1]
+	mi := &file_master_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +176,7 @@ func (x *Replica) String() string {
 func (*Replica) ProtoMessage() {}
 
 func (x *Replica) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[1]
+	mi := &file_master_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +189,7 @@ func (x *Replica) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replica.ProtoReflect.Descriptor instead.
 func (*Replica) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{1}
+	return file_master_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Replica) GetSegment() string {
@@ -153,17 +227,28 @@ func (x *Replica) GetStatus() int32 {
 	return 0
 }
 
+func (x *Replica) GetSlices() []*Slice {
+	if x != nil {
+		return x.Slices
+	}
+	return nil
+}
+
 type ReplicaConfig struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaNum       int32                  `protobuf:"varint,1,opt,name=replica_num,json=replicaNum,proto3" json:"replica_num,omitempty"`
-	PreferredSegment string                 `protobuf:"bytes,2,opt,name=preferred_segment,json=preferredSegment,proto3" json:"preferred_segment,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaNum        int32                  `protobuf:"varint,1,opt,name=replica_num,json=replicaNum,proto3" json:"replica_num,omitempty"`
+	PreferredSegment  string                 `protobuf:"bytes,2,opt,name=preferred_segment,json=preferredSegment,proto3" json:"preferred_segment,omitempty"`
+	PreferredSegments []string               `protobuf:"bytes,3,rep,name=preferred_segments,json=preferredSegments,proto3" json:"preferred_segments,omitempty"` // tried first, in order
+	HostId            string                 `protobuf:"bytes,4,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`                                  // writer's host, for local_first
+	WithSoftPin       bool                   `protobuf:"varint,5,opt,name=with_soft_pin,json=withSoftPin,proto3" json:"with_soft_pin,omitempty"`                // upstream 0.3.x with_soft_pin
+	WithHardPin       bool                   `protobuf:"varint,6,opt,name=with_hard_pin,json=withHardPin,proto3" json:"with_hard_pin,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReplicaConfig) Reset() {
 	*x = ReplicaConfig{}
-	mi := &file_master_proto_msgTypes[2]
+	mi := &file_master_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +260,7 @@ func (x *ReplicaConfig) String() string {
 func (*ReplicaConfig) ProtoMessage() {}
 
 func (x *ReplicaConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[2]
+	mi := &file_master_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +273,7 @@ func (x *ReplicaConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaConfig.ProtoReflect.Descriptor instead.
 func (*ReplicaConfig) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{2}
+	return file_master_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReplicaConfig) GetReplicaNum() int32 {
@@ -205,6 +290,34 @@ func (x *ReplicaConfig) GetPreferredSegment() string {
 	return ""
 }
 
+func (x *ReplicaConfig) GetPreferredSegments() []string {
+	if x != nil {
+		return x.PreferredSegments
+	}
+	return nil
+}
+
+func (x *ReplicaConfig) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *ReplicaConfig) GetWithSoftPin() bool {
+	if x != nil {
+		return x.WithSoftPin
+	}
+	return false
+}
+
+func (x *ReplicaConfig) GetWithHardPin() bool {
+	if x != nil {
+		return x.WithHardPin
+	}
+	return false
+}
+
 type PutStartRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -217,7 +330,7 @@ type PutStartRequest struct {
 
 func (x *PutStartRequest) Reset() {
 	*x = PutStartRequest{}
-	mi := &file_master_proto_msgTypes[3]
+	mi := &file_master_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +342,7 @@ func (x *PutStartRequest) String() string {
 func (*PutStartRequest) ProtoMessage() {}
 
 func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[3]
+	mi := &file_master_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +355,7 @@ func (x *PutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartRequest.ProtoReflect.Descriptor instead.
 func (*PutStartRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{3}
+	return file_master_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PutStartRequest) GetClientId() string {
@@ -283,7 +396,7 @@ type PutStartResult struct {
 
 func (x *PutStartResult) Reset() {
 	*x = PutStartResult{}
-	mi := &file_master_proto_msgTypes[4]
+	mi := &file_master_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +408,7 @@ func (x *PutStartResult) String() string {
 func (*PutStartResult) ProtoMessage() {}
 
 func (x *PutStartResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[4]
+	mi := &file_master_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +421,7 @@ func (x *PutStartResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutStartResult.ProtoReflect.Descriptor instead.
 func (*PutStartResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{4}
+	return file_master_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PutStartResult) GetStatus() *Status {
@@ -337,7 +450,7 @@ type BatchPutStartRequest struct {
 
 func (x *BatchPutStartRequest) Reset() {
 	*x = BatchPutStartRequest{}
-	mi := &file_master_proto_msgTypes[5]
+	mi := &file_master_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +462,7 @@ func (x *BatchPutStartRequest) String() string {
 func (*BatchPutStartRequest) ProtoMessage() {}
 
 func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[5]
+	mi := &file_master_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +475,7 @@ func (x *BatchPutStartRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartRequest.ProtoReflect.Descriptor instead.
 func (*BatchPutStartRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{5}
+	return file_master_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BatchPutStartRequest) GetClientId() string {
@@ -402,7 +515,7 @@ type BatchPutStartResponse struct {
 
 func (x *BatchPutStartResponse) Reset() {
 	*x = BatchPutStartResponse{}
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +527,7 @@ func (x *BatchPutStartResponse) String() string {
 func (*BatchPutStartResponse) ProtoMessage() {}
 
 func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[6]
+	mi := &file_master_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +540,7 @@ func (x *BatchPutStartResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchPutStartResponse.ProtoReflect.Descriptor instead.
 func (*BatchPutStartResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{6}
+	return file_master_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchPutStartResponse) GetResults() []*PutStartResult {
@@ -448,7 +561,7 @@ type KeysRequest struct {
 
 func (x *KeysRequest) Reset() {
 	*x = KeysRequest{}
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +573,7 @@ func (x *KeysRequest) String() string {
 func (*KeysRequest) ProtoMessage() {}
 
 func (x *KeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[7]
+	mi := &file_master_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +586,7 @@ func (x *KeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
 func (*KeysRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{7}
+	return file_master_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *KeysRequest) GetClientId() string {
@@ -506,7 +619,7 @@ type StatusList struct {
 
 func (x *StatusList) Reset() {
 	*x = StatusList{}
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +631,7 @@ func (x *StatusList) String() string {
 func (*StatusList) ProtoMessage() {}
 
 func (x *StatusList) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[8]
+	mi := &file_master_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +644,7 @@ func (x *StatusList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusList.ProtoReflect.Descriptor instead.
 func (*StatusList) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{8}
+	return file_master_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatusList) GetResults() []*Status {
@@ -552,7 +665,7 @@ type GetReplicaListResult struct {
 
 func (x *GetReplicaListResult) Reset() {
 	*x = GetReplicaListResult{}
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +677,7 @@ func (x *GetReplicaListResult) String() string {
 func (*GetReplicaListResult) ProtoMessage() {}
 
 func (x *GetReplicaListResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[9]
+	mi := &file_master_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +690,7 @@ func (x *GetReplicaListResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetReplicaListResult.ProtoReflect.Descriptor instead.
 func (*GetReplicaListResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{9}
+	return file_master_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetReplicaListResult) GetStatus() *Status {
@@ -610,7 +723,7 @@ type BatchGetReplicaListResponse struct {
 
 func (x *BatchGetReplicaListResponse) Reset() {
 	*x = BatchGetReplicaListResponse{}
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +735,7 @@ func (x *BatchGetReplicaListResponse) String() string {
 func (*BatchGetReplicaListResponse) ProtoMessage() {}
 
 func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[10]
+	mi := &file_master_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +748,7 @@ func (x *BatchGetReplicaListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchGetReplicaListResponse.ProtoReflect.Descriptor instead.
 func (*BatchGetReplicaListResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{10}
+	return file_master_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchGetReplicaListResponse) GetResults() []*GetReplicaListResult {
@@ -655,7 +768,7 @@ type ExistResult struct {
 
 func (x *ExistResult) Reset() {
 	*x = ExistResult{}
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +780,7 @@ func (x *ExistResult) String() string {
 func (*ExistResult) ProtoMessage() {}
 
 func (x *ExistResult) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[11]
+	mi := &file_master_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +793,7 @@ func (x *ExistResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExistResult.ProtoReflect.Descriptor instead.
 func (*ExistResult) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{11}
+	return file_master_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExistResult) GetStatus() *Status {
@@ -706,7 +819,7 @@ type BatchExistKeyResponse struct {
 
 func (x *BatchExistKeyResponse) Reset() {
 	*x = BatchExistKeyResponse{}
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +831,7 @@ func (x *BatchExistKeyResponse) String() string {
 func (*BatchExistKeyResponse) ProtoMessage() {}
 
 func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[12]
+	mi := &file_master_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +844,7 @@ func (x *BatchExistKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchExistKeyResponse.ProtoReflect.Descriptor instead.
 func (*BatchExistKeyResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{12}
+	return file_master_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchExistKeyResponse) GetResults() []*ExistResult {
@@ -748,13 +861,14 @@ type Segment struct {
 	Base          uint64                 `protobuf:"varint,3,opt,name=base,proto3" json:"base,omitempty"`
 	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	Protocol      string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	HostId        string                 `protobuf:"bytes,6,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"` // owner's host, for local_first ("" = host of name)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +880,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[13]
+	mi := &file_master_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +893,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{13}
+	return file_master_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Segment) GetId() string {
@@ -817,6 +931,13 @@ func (x *Segment) GetProtocol() string {
 	return ""
 }
 
+func (x *Segment) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
 type MountSegmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -827,7 +948,7 @@ type MountSegmentRequest struct {
 
 func (x *MountSegmentRequest) Reset() {
 	*x = MountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +960,7 @@ func (x *MountSegmentRequest) String() string {
 func (*MountSegmentRequest) ProtoMessage() {}
 
 func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[14]
+	mi := &file_master_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +973,7 @@ func (x *MountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*MountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{14}
+	return file_master_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MountSegmentRequest) GetClientId() string {
@@ -879,7 +1000,7 @@ type UnmountSegmentRequest struct {
 
 func (x *UnmountSegmentRequest) Reset() {
 	*x = UnmountSegmentRequest{}
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1012,7 @@ func (x *UnmountSegmentRequest) String() string {
 func (*UnmountSegmentRequest) ProtoMessage() {}
 
 func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[15]
+	mi := &file_master_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1025,7 @@ func (x *UnmountSegmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnmountSegmentRequest.ProtoReflect.Descriptor instead.
 func (*UnmountSegmentRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{15}
+	return file_master_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UnmountSegmentRequest) GetClientId() string {
@@ -930,7 +1051,7 @@ type PingRequest struct {
 
 func (x *PingRequest) Reset() {
 	*x = PingRequest{}
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1063,7 @@ func (x *PingRequest) String() string {
 func (*PingRequest) ProtoMessage() {}
 
 func (x *PingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[16]
+	mi := &file_master_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1076,7 @@ func (x *PingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingRequest.ProtoReflect.Descriptor instead.
 func (*PingRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{16}
+	return file_master_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PingRequest) GetClientId() string {
@@ -975,7 +1096,7 @@ type PingResponse struct {
 
 func (x *PingResponse) Reset() {
 	*x = PingResponse{}
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1108,7 @@ func (x *PingResponse) String() string {
 func (*PingResponse) ProtoMessage() {}
 
 func (x *PingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[17]
+	mi := &file_master_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1121,7 @@ func (x *PingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingResponse.ProtoReflect.Descriptor instead.
 func (*PingResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{17}
+	return file_master_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PingResponse) GetStatus() *Status {
@@ -1025,7 +1146,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1158,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[18]
+	mi := &file_master_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1171,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{18}
+	return file_master_proto_rawDescGZIP(), []int{19}
 }
 
 type SegmentStats struct {
@@ -1066,7 +1187,7 @@ type SegmentStats struct {
 
 func (x *SegmentStats) Reset() {
 	*x = SegmentStats{}
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1199,7 @@ func (x *SegmentStats) String() string {
 func (*SegmentStats) ProtoMessage() {}
 
 func (x *SegmentStats) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[19]
+	mi := &file_master_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1212,7 @@ func (x *SegmentStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentStats.ProtoReflect.Descriptor instead.
 func (*SegmentStats) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{19}
+	return file_master_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SegmentStats) GetId() string {
@@ -1138,13 +1259,19 @@ type StatsResponse struct {
 	EvictedObjects uint64                 `protobuf:"varint,5,opt,name=evicted_objects,json=evictedObjects,proto3" json:"evicted_objects,omitempty"`
 	EvictedBytes   uint64                 `protobuf:"varint,6,opt,name=evicted_bytes,json=evictedBytes,proto3" json:"evicted_bytes,omitempty"`
 	SegmentStats   []*SegmentStats        `protobuf:"bytes,7,rep,name=segment_stats,json=segmentStats,proto3" json:"segment_stats,omitempty"`
+	SoftPinned     int64                  `protobuf:"varint,8,opt,name=soft_pinned,json=softPinned,proto3" json:"soft_pinned,omitempty"`
+	HardPinned     int64                  `protobuf:"varint,9,opt,name=hard_pinned,json=hardPinned,proto3" json:"hard_pinned,omitempty"`
+	Clients        int64                  `protobuf:"varint,10,opt,name=clients,proto3" json:"clients,omitempty"`
+	PartialPuts    uint64                 `protobuf:"varint,11,opt,name=partial_puts,json=partialPuts,proto3" json:"partial_puts,omitempty"` // puts that got fewer replicas than asked
+	StripedPuts    uint64                 `protobuf:"varint,12,opt,name=striped_puts,json=stripedPuts,proto3" json:"striped_puts,omitempty"`
+	DiscardedBytes uint64                 `protobuf:"varint,13,opt,name=discarded_bytes,json=discardedBytes,proto3" json:"discarded_bytes,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
 	*x = StatsResponse{}
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1283,7 @@ func (x *StatsResponse) String() string {
 func (*StatsResponse) ProtoMessage() {}
 
 func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[20]
+	mi := &file_master_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1296,7 @@ func (x *StatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
 func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{20}
+	return file_master_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatsResponse) GetCapacity() uint64 {
@@ -1221,6 +1348,902 @@ func (x *StatsResponse) GetSegmentStats() []*SegmentStats {
 	return nil
 }
 
+func (x *StatsResponse) GetSoftPinned() int64 {
+	if x != nil {
+		return x.SoftPinned
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetHardPinned() int64 {
+	if x != nil {
+		return x.HardPinned
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetClients() int64 {
+	if x != nil {
+		return x.Clients
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPartialPuts() uint64 {
+	if x != nil {
+		return x.PartialPuts
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetStripedPuts() uint64 {
+	if x != nil {
+		return x.StripedPuts
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiscardedBytes() uint64 {
+	if x != nil {
+		return x.DiscardedBytes
+	}
+	return 0
+}
+
+// Single-key requests (the thin forms of the batch calls).
+type KeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Force         bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"` // Remove only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyRequest) Reset() {
+	*x = KeyRequest{}
+	mi := &file_master_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRequest) ProtoMessage() {}
+
+func (x *KeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
+func (*KeyRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *KeyRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *KeyRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveByRegexRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Regex         string                 `protobuf:"bytes,2,opt,name=regex,proto3" json:"regex,omitempty"` // RE2, unanchored
+	Force         bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveByRegexRequest) Reset() {
+	*x = RemoveByRegexRequest{}
+	mi := &file_master_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveByRegexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveByRegexRequest) ProtoMessage() {}
+
+func (x *RemoveByRegexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveByRegexRequest.ProtoReflect.Descriptor instead.
+func (*RemoveByRegexRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RemoveByRegexRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *RemoveByRegexRequest) GetRegex() string {
+	if x != nil {
+		return x.Regex
+	}
+	return ""
+}
+
+func (x *RemoveByRegexRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type RemoveAllRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveAllRequest) Reset() {
+	*x = RemoveAllRequest{}
+	mi := &file_master_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveAllRequest) ProtoMessage() {}
+
+func (x *RemoveAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveAllRequest.ProtoReflect.Descriptor instead.
+func (*RemoveAllRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RemoveAllRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *RemoveAllRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type CountResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"` // objects removed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountResponse) Reset() {
+	*x = CountResponse{}
+	mi := &file_master_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountResponse) ProtoMessage() {}
+
+func (x *CountResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountResponse.ProtoReflect.Descriptor instead.
+func (*CountResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CountResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *CountResponse) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// An object as operators see it (no lease is granted).
+type KeyInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Owner         string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Complete      bool                   `protobuf:"varint,4,opt,name=complete,proto3" json:"complete,omitempty"`
+	Replicas      []*Replica             `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	LeaseMsLeft   uint64                 `protobuf:"varint,6,opt,name=lease_ms_left,json=leaseMsLeft,proto3" json:"lease_ms_left,omitempty"`
+	SoftPin       bool                   `protobuf:"varint,7,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
+	HardPin       bool                   `protobuf:"varint,8,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
+	SoftPinMsLeft uint64                 `protobuf:"varint,9,opt,name=soft_pin_ms_left,json=softPinMsLeft,proto3" json:"soft_pin_ms_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyInfo) Reset() {
+	*x = KeyInfo{}
+	mi := &file_master_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyInfo) ProtoMessage() {}
+
+func (x *KeyInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyInfo.ProtoReflect.Descriptor instead.
+func (*KeyInfo) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KeyInfo) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *KeyInfo) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *KeyInfo) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *KeyInfo) GetLeaseMsLeft() uint64 {
+	if x != nil {
+		return x.LeaseMsLeft
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetSoftPin() bool {
+	if x != nil {
+		return x.SoftPin
+	}
+	return false
+}
+
+func (x *KeyInfo) GetHardPin() bool {
+	if x != nil {
+		return x.HardPin
+	}
+	return false
+}
+
+func (x *KeyInfo) GetSoftPinMsLeft() uint64 {
+	if x != nil {
+		return x.SoftPinMsLeft
+	}
+	return 0
+}
+
+type GetSizeResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Size          uint64                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	Info          *KeyInfo               `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSizeResult) Reset() {
+	*x = GetSizeResult{}
+	mi := &file_master_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSizeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSizeResult) ProtoMessage() {}
+
+func (x *GetSizeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSizeResult.ProtoReflect.Descriptor instead.
+func (*GetSizeResult) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetSizeResult) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *GetSizeResult) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *GetSizeResult) GetInfo() *KeyInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type BatchGetSizeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*GetSizeResult       `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchGetSizeResponse) Reset() {
+	*x = BatchGetSizeResponse{}
+	mi := &file_master_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchGetSizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchGetSizeResponse) ProtoMessage() {}
+
+func (x *BatchGetSizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchGetSizeResponse.ProtoReflect.Descriptor instead.
+func (*BatchGetSizeResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BatchGetSizeResponse) GetResults() []*GetSizeResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ReMountSegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Segments      []*Segment             `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReMountSegmentRequest) Reset() {
+	*x = ReMountSegmentRequest{}
+	mi := &file_master_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReMountSegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReMountSegmentRequest) ProtoMessage() {}
+
+func (x *ReMountSegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReMountSegmentRequest.ProtoReflect.Descriptor instead.
+func (*ReMountSegmentRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReMountSegmentRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ReMountSegmentRequest) GetSegments() []*Segment {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+type SegmentInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segment       *Segment               `protobuf:"bytes,1,opt,name=segment,proto3" json:"segment,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Used          uint64                 `protobuf:"varint,3,opt,name=used,proto3" json:"used,omitempty"`
+	LargestFree   uint64                 `protobuf:"varint,4,opt,name=largest_free,json=largestFree,proto3" json:"largest_free,omitempty"`
+	Objects       int64                  `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SegmentInfo) Reset() {
+	*x = SegmentInfo{}
+	mi := &file_master_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SegmentInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SegmentInfo) ProtoMessage() {}
+
+func (x *SegmentInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SegmentInfo.ProtoReflect.Descriptor instead.
+func (*SegmentInfo) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SegmentInfo) GetSegment() *Segment {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+func (x *SegmentInfo) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SegmentInfo) GetUsed() uint64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *SegmentInfo) GetLargestFree() uint64 {
+	if x != nil {
+		return x.LargestFree
+	}
+	return 0
+}
+
+func (x *SegmentInfo) GetObjects() int64 {
+	if x != nil {
+		return x.Objects
+	}
+	return 0
+}
+
+type ListSegmentsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSegmentsRequest) Reset() {
+	*x = ListSegmentsRequest{}
+	mi := &file_master_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSegmentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSegmentsRequest) ProtoMessage() {}
+
+func (x *ListSegmentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSegmentsRequest.ProtoReflect.Descriptor instead.
+func (*ListSegmentsRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{31}
+}
+
+type ListSegmentsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Segments      []*SegmentInfo         `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSegmentsResponse) Reset() {
+	*x = ListSegmentsResponse{}
+	mi := &file_master_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSegmentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSegmentsResponse) ProtoMessage() {}
+
+func (x *ListSegmentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSegmentsResponse.ProtoReflect.Descriptor instead.
+func (*ListSegmentsResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListSegmentsResponse) GetSegments() []*SegmentInfo {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+type QuerySegmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SegmentId     string                 `protobuf:"bytes,1,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuerySegmentRequest) Reset() {
+	*x = QuerySegmentRequest{}
+	mi := &file_master_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuerySegmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuerySegmentRequest) ProtoMessage() {}
+
+func (x *QuerySegmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuerySegmentRequest.ProtoReflect.Descriptor instead.
+func (*QuerySegmentRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QuerySegmentRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+type QuerySegmentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Segment       *SegmentInfo           `protobuf:"bytes,2,opt,name=segment,proto3" json:"segment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuerySegmentResponse) Reset() {
+	*x = QuerySegmentResponse{}
+	mi := &file_master_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuerySegmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuerySegmentResponse) ProtoMessage() {}
+
+func (x *QuerySegmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuerySegmentResponse.ProtoReflect.Descriptor instead.
+func (*QuerySegmentResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *QuerySegmentResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *QuerySegmentResponse) GetSegment() *SegmentInfo {
+	if x != nil {
+		return x.Segment
+	}
+	return nil
+}
+
+type ListKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Prefix        string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Limit         int64                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // 0 = all
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysRequest) Reset() {
+	*x = ListKeysRequest{}
+	mi := &file_master_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysRequest) ProtoMessage() {}
+
+func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListKeysRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListKeysRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *ListKeysRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListKeysResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Keys          []*KeyInfo             `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	Total         int64                  `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"` // keys matching the prefix
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListKeysResponse) Reset() {
+	*x = ListKeysResponse{}
+	mi := &file_master_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListKeysResponse) ProtoMessage() {}
+
+func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListKeysResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListKeysResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *ListKeysResponse) GetKeys() []*KeyInfo {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ListKeysResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -1228,18 +2251,29 @@ const file_master_proto_rawDesc = "" +
 	"\fmaster.proto\x12\x11mooncake.store.v1\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x82\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"h\n" +
+	"\x05Slice\x12\x18\n" +
+	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xb4\x01\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
-	"\x06status\x18\x05 \x01(\x05R\x06status\"]\n" +
+	"\x06status\x18\x05 \x01(\x05R\x06status\x120\n" +
+	"\x06slices\x18\x06 \x03(\v2\x18.mooncake.store.v1.SliceR\x06slices\"\xed\x01\n" +
 	"\rReplicaConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\x05R\n" +
 	"replicaNum\x12+\n" +
-	"\x11preferred_segment\x18\x02 \x01(\tR\x10preferredSegment\"\x8e\x01\n" +
+	"\x11preferred_segment\x18\x02 \x01(\tR\x10preferredSegment\x12-\n" +
+	"\x12preferred_segments\x18\x03 \x03(\tR\x11preferredSegments\x12\x17\n" +
+	"\ahost_id\x18\x04 \x01(\tR\x06hostId\x12\"\n" +
+	"\rwith_soft_pin\x18\x05 \x01(\bR\vwithSoftPin\x12\"\n" +
+	"\rwith_hard_pin\x18\x06 \x01(\bR\vwithHardPin\"\x8e\x01\n" +
 	"\x0fPutStartRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1273,13 +2307,14 @@ const file_master_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x16\n" +
 	"\x06exists\x18\x02 \x01(\bR\x06exists\"Q\n" +
 	"\x15BatchExistKeyResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.mooncake.store.v1.ExistResultR\aresults\"q\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.mooncake.store.v1.ExistResultR\aresults\"\x8a\x01\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x1a\n" +
-	"\bprotocol\x18\x05 \x01(\tR\bprotocol\"h\n" +
+	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x17\n" +
+	"\ahost_id\x18\x06 \x01(\tR\x06hostId\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"S\n" +
@@ -1298,7 +2333,7 @@ const file_master_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x18\n" +
-	"\aobjects\x18\x05 \x01(\x03R\aobjects\"\x89\x02\n" +
+	"\aobjects\x18\x05 \x01(\x03R\aobjects\"\xd4\x03\n" +
 	"\rStatsResponse\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x18\n" +
@@ -1306,7 +2341,72 @@ const file_master_proto_rawDesc = "" +
 	"\bsegments\x18\x04 \x01(\x03R\bsegments\x12'\n" +
 	"\x0fevicted_objects\x18\x05 \x01(\x04R\x0eevictedObjects\x12#\n" +
 	"\revicted_bytes\x18\x06 \x01(\x04R\fevictedBytes\x12D\n" +
-	"\rsegment_stats\x18\a \x03(\v2\x1f.mooncake.store.v1.SegmentStatsR\fsegmentStats2\xdd\x06\n" +
+	"\rsegment_stats\x18\a \x03(\v2\x1f.mooncake.store.v1.SegmentStatsR\fsegmentStats\x12\x1f\n" +
+	"\vsoft_pinned\x18\b \x01(\x03R\n" +
+	"softPinned\x12\x1f\n" +
+	"\vhard_pinned\x18\t \x01(\x03R\n" +
+	"hardPinned\x12\x18\n" +
+	"\aclients\x18\n" +
+	" \x01(\x03R\aclients\x12!\n" +
+	"\fpartial_puts\x18\v \x01(\x04R\vpartialPuts\x12!\n" +
+	"\fstriped_puts\x18\f \x01(\x04R\vstripedPuts\x12'\n" +
+	"\x0fdiscarded_bytes\x18\r \x01(\x04R\x0ediscardedBytes\"Q\n" +
+	"\n" +
+	"KeyRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"_\n" +
+	"\x14RemoveByRegexRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05regex\x18\x02 \x01(\tR\x05regex\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"E\n" +
+	"\x10RemoveAllRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"X\n" +
+	"\rCountResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\x9c\x02\n" +
+	"\aKeyInfo\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1a\n" +
+	"\bcomplete\x18\x04 \x01(\bR\bcomplete\x126\n" +
+	"\breplicas\x18\x05 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\x12\"\n" +
+	"\rlease_ms_left\x18\x06 \x01(\x04R\vleaseMsLeft\x12\x19\n" +
+	"\bsoft_pin\x18\a \x01(\bR\asoftPin\x12\x19\n" +
+	"\bhard_pin\x18\b \x01(\bR\ahardPin\x12'\n" +
+	"\x10soft_pin_ms_left\x18\t \x01(\x04R\rsoftPinMsLeft\"\x86\x01\n" +
+	"\rGetSizeResult\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\x12.\n" +
+	"\x04info\x18\x03 \x01(\v2\x1a.mooncake.store.v1.KeyInfoR\x04info\"R\n" +
+	"\x14BatchGetSizeResponse\x12:\n" +
+	"\aresults\x18\x01 \x03(\v2 .mooncake.store.v1.GetSizeResultR\aresults\"l\n" +
+	"\x15ReMountSegmentRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x126\n" +
+	"\bsegments\x18\x02 \x03(\v2\x1a.mooncake.store.v1.SegmentR\bsegments\"\xb1\x01\n" +
+	"\vSegmentInfo\x124\n" +
+	"\asegment\x18\x01 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04used\x18\x03 \x01(\x04R\x04used\x12!\n" +
+	"\flargest_free\x18\x04 \x01(\x04R\vlargestFree\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\x03R\aobjects\"\x15\n" +
+	"\x13ListSegmentsRequest\"R\n" +
+	"\x14ListSegmentsResponse\x12:\n" +
+	"\bsegments\x18\x01 \x03(\v2\x1e.mooncake.store.v1.SegmentInfoR\bsegments\"4\n" +
+	"\x13QuerySegmentRequest\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x01 \x01(\tR\tsegmentId\"\x83\x01\n" +
+	"\x14QuerySegmentResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x128\n" +
+	"\asegment\x18\x02 \x01(\v2\x1e.mooncake.store.v1.SegmentInfoR\asegment\"?\n" +
+	"\x0fListKeysRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\"\x8b\x01\n" +
+	"\x10ListKeysResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12.\n" +
+	"\x04keys\x18\x02 \x03(\v2\x1a.mooncake.store.v1.KeyInfoR\x04keys\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total2\x9b\x0f\n" +
 	"\x06Master\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12L\n" +
 	"\vBatchPutEnd\x12\x1e.mooncake.store.v1.KeysRequest\x1a\x1d.mooncake.store.v1.StatusList\x12O\n" +
@@ -1317,7 +2417,20 @@ const file_master_proto_rawDesc = "" +
 	"\fMountSegment\x12&.mooncake.store.v1.MountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12U\n" +
 	"\x0eUnmountSegment\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12G\n" +
 	"\x04Ping\x12\x1e.mooncake.store.v1.PingRequest\x1a\x1f.mooncake.store.v1.PingResponse\x12M\n" +
-	"\bGetStats\x12\x1f.mooncake.store.v1.StatsRequest\x1a .mooncake.store.v1.StatsResponseB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
+	"\bGetStats\x12\x1f.mooncake.store.v1.StatsRequest\x1a .mooncake.store.v1.StatsResponse\x12Q\n" +
+	"\bPutStart\x12\".mooncake.store.v1.PutStartRequest\x1a!.mooncake.store.v1.PutStartResult\x12B\n" +
+	"\x06PutEnd\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x19.mooncake.store.v1.Status\x12E\n" +
+	"\tPutRevoke\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x19.mooncake.store.v1.Status\x12X\n" +
+	"\x0eGetReplicaList\x12\x1d.mooncake.store.v1.KeyRequest\x1a'.mooncake.store.v1.GetReplicaListResult\x12I\n" +
+	"\bExistKey\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x1e.mooncake.store.v1.ExistResult\x12B\n" +
+	"\x06Remove\x12\x1d.mooncake.store.v1.KeyRequest\x1a\x19.mooncake.store.v1.Status\x12Z\n" +
+	"\rRemoveByRegex\x12'.mooncake.store.v1.RemoveByRegexRequest\x1a .mooncake.store.v1.CountResponse\x12R\n" +
+	"\tRemoveAll\x12#.mooncake.store.v1.RemoveAllRequest\x1a .mooncake.store.v1.CountResponse\x12W\n" +
+	"\fBatchGetSize\x12\x1e.mooncake.store.v1.KeysRequest\x1a'.mooncake.store.v1.BatchGetSizeResponse\x12U\n" +
+	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12_\n" +
+	"\fListSegments\x12&.mooncake.store.v1.ListSegmentsRequest\x1a'.mooncake.store.v1.ListSegmentsResponse\x12_\n" +
+	"\fQuerySegment\x12&.mooncake.store.v1.QuerySegmentRequest\x1a'.mooncake.store.v1.QuerySegmentResponse\x12S\n" +
+	"\bListKeys\x12\".mooncake.store.v1.ListKeysRequest\x1a#.mooncake.store.v1.ListKeysResponseB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -1331,70 +2444,125 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_master_proto_goTypes = []any{
 	(*Status)(nil),                      // 0: mooncake.store.v1.Status
-	(*Replica)(nil),                     // 1: mooncake.store.v1.Replica
-	(*ReplicaConfig)(nil),               // 2: mooncake.store.v1.ReplicaConfig
-	(*PutStartRequest)(nil),             // 3: mooncake.store.v1.PutStartRequest
-	(*PutStartResult)(nil),              // 4: mooncake.store.v1.PutStartResult
-	(*BatchPutStartRequest)(nil),        // 5: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 6: mooncake.store.v1.BatchPutStartResponse
-	(*KeysRequest)(nil),                 // 7: mooncake.store.v1.KeysRequest
-	(*StatusList)(nil),                  // 8: mooncake.store.v1.StatusList
-	(*GetReplicaListResult)(nil),        // 9: mooncake.store.v1.GetReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 10: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistResult)(nil),                 // 11: mooncake.store.v1.ExistResult
-	(*BatchExistKeyResponse)(nil),       // 12: mooncake.store.v1.BatchExistKeyResponse
-	(*Segment)(nil),                     // 13: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 14: mooncake.store.v1.MountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 15: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 16: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 17: mooncake.store.v1.PingResponse
-	(*StatsRequest)(nil),                // 18: mooncake.store.v1.StatsRequest
-	(*SegmentStats)(nil),                // 19: mooncake.store.v1.SegmentStats
-	(*StatsResponse)(nil),               // 20: mooncake.store.v1.StatsResponse
+	(*Slice)(nil),                       // 1: mooncake.store.v1.Slice
+	(*Replica)(nil),                     // 2: mooncake.store.v1.Replica
+	(*ReplicaConfig)(nil),               // 3: mooncake.store.v1.ReplicaConfig
+	(*PutStartRequest)(nil),             // 4: mooncake.store.v1.PutStartRequest
+	(*PutStartResult)(nil),              // 5: mooncake.store.v1.PutStartResult
+	(*BatchPutStartRequest)(nil),        // 6: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 7: mooncake.store.v1.BatchPutStartResponse
+	(*KeysRequest)(nil),                 // 8: mooncake.store.v1.KeysRequest
+	(*StatusList)(nil),                  // 9: mooncake.store.v1.StatusList
+	(*GetReplicaListResult)(nil),        // 10: mooncake.store.v1.GetReplicaListResult
+	(*BatchGetReplicaListResponse)(nil), // 11: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistResult)(nil),                 // 12: mooncake.store.v1.ExistResult
+	(*BatchExistKeyResponse)(nil),       // 13: mooncake.store.v1.BatchExistKeyResponse
+	(*Segment)(nil),                     // 14: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 15: mooncake.store.v1.MountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 16: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 17: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 18: mooncake.store.v1.PingResponse
+	(*StatsRequest)(nil),                // 19: mooncake.store.v1.StatsRequest
+	(*SegmentStats)(nil),                // 20: mooncake.store.v1.SegmentStats
+	(*StatsResponse)(nil),               // 21: mooncake.store.v1.StatsResponse
+	(*KeyRequest)(nil),                  // 22: mooncake.store.v1.KeyRequest
+	(*RemoveByRegexRequest)(nil),        // 23: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 24: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 25: mooncake.store.v1.CountResponse
+	(*KeyInfo)(nil),                     // 26: mooncake.store.v1.KeyInfo
+	(*GetSizeResult)(nil),               // 27: mooncake.store.v1.GetSizeResult
+	(*BatchGetSizeResponse)(nil),        // 28: mooncake.store.v1.BatchGetSizeResponse
+	(*ReMountSegmentRequest)(nil),       // 29: mooncake.store.v1.ReMountSegmentRequest
+	(*SegmentInfo)(nil),                 // 30: mooncake.store.v1.SegmentInfo
+	(*ListSegmentsRequest)(nil),         // 31: mooncake.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),        // 32: mooncake.store.v1.ListSegmentsResponse
+	(*QuerySegmentRequest)(nil),         // 33: mooncake.store.v1.QuerySegmentRequest
+	(*QuerySegmentResponse)(nil),        // 34: mooncake.store.v1.QuerySegmentResponse
+	(*ListKeysRequest)(nil),             // 35: mooncake.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),            // 36: mooncake.store.v1.ListKeysResponse
 }
 var file_master_proto_depIdxs = []int32{
-	2,  // 0: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
-	0,  // 1: mooncake.store.v1.PutStartResult.status:type_name -> mooncake.store.v1.Status
-	1,  // 2: mooncake.store.v1.PutStartResult.replicas:type_name -> mooncake.store.v1.Replica
-	2,  // 3: mooncake.store.v1.BatchPutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
-	4,  // 4: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResult
-	0,  // 5: mooncake.store.v1.StatusList.results:type_name -> mooncake.store.v1.Status
-	0,  // 6: mooncake.store.v1.GetReplicaListResult.status:type_name -> mooncake.store.v1.Status
-	1,  // 7: mooncake.store.v1.GetReplicaListResult.replicas:type_name -> mooncake.store.v1.Replica
-	9,  // 8: mooncake.store.v1.BatchGetReplicaListResponse.results:type_name -> mooncake.store.v1.GetReplicaListResult
-	0,  // 9: mooncake.store.v1.ExistResult.status:type_name -> mooncake.store.v1.Status
-	11, // 10: mooncake.store.v1.BatchExistKeyResponse.results:type_name -> mooncake.store.v1.ExistResult
-	13, // 11: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	0,  // 12: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
-	19, // 13: mooncake.store.v1.StatsResponse.segment_stats:type_name -> mooncake.store.v1.SegmentStats
-	5,  // 14: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	7,  // 15: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	7,  // 16: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	7,  // 17: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	7,  // 18: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	7,  // 19: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	14, // 20: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	15, // 21: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	16, // 22: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	18, // 23: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	6,  // 24: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	8,  // 25: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	8,  // 26: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	10, // 27: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	12, // 28: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	8,  // 29: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	0,  // 30: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 31: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	17, // 32: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	20, // 33: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
+	3,  // 1: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
+	0,  // 2: mooncake.store.v1.PutStartResult.status:type_name -> mooncake.store.v1.Status
+	2,  // 3: mooncake.store.v1.PutStartResult.replicas:type_name -> mooncake.store.v1.Replica
+	3,  // 4: mooncake.store.v1.BatchPutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
+	5,  // 5: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResult
+	0,  // 6: mooncake.store.v1.StatusList.results:type_name -> mooncake.store.v1.Status
+	0,  // 7: mooncake.store.v1.GetReplicaListResult.status:type_name -> mooncake.store.v1.Status
+	2,  // 8: mooncake.store.v1.GetReplicaListResult.replicas:type_name -> mooncake.store.v1.Replica
+	10, // 9: mooncake.store.v1.BatchGetReplicaListResponse.results:type_name -> mooncake.store.v1.GetReplicaListResult
+	0,  // 10: mooncake.store.v1.ExistResult.status:type_name -> mooncake.store.v1.Status
+	12, // 11: mooncake.store.v1.BatchExistKeyResponse.results:type_name -> mooncake.store.v1.ExistResult
+	14, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	0,  // 13: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
+	20, // 14: mooncake.store.v1.StatsResponse.segment_stats:type_name -> mooncake.store.v1.SegmentStats
+	0,  // 15: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	2,  // 16: mooncake.store.v1.KeyInfo.replicas:type_name -> mooncake.store.v1.Replica
+	0,  // 17: mooncake.store.v1.GetSizeResult.status:type_name -> mooncake.store.v1.Status
+	26, // 18: mooncake.store.v1.GetSizeResult.info:type_name -> mooncake.store.v1.KeyInfo
+	27, // 19: mooncake.store.v1.BatchGetSizeResponse.results:type_name -> mooncake.store.v1.GetSizeResult
+	14, // 20: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	14, // 21: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	30, // 22: mooncake.store.v1.ListSegmentsResponse.segments:type_name -> mooncake.store.v1.SegmentInfo
+	0,  // 23: mooncake.store.v1.QuerySegmentResponse.status:type_name -> mooncake.store.v1.Status
+	30, // 24: mooncake.store.v1.QuerySegmentResponse.segment:type_name -> mooncake.store.v1.SegmentInfo
+	0,  // 25: mooncake.store.v1.ListKeysResponse.status:type_name -> mooncake.store.v1.Status
+	26, // 26: mooncake.store.v1.ListKeysResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	6,  // 27: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	8,  // 28: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 29: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 30: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 31: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 32: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	15, // 33: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	16, // 34: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	17, // 35: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	19, // 36: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	4,  // 37: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	22, // 38: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	22, // 39: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	22, // 40: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	22, // 41: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	22, // 42: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	23, // 43: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	24, // 44: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	8,  // 45: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	29, // 46: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	31, // 47: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	33, // 48: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	35, // 49: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	7,  // 50: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	9,  // 51: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	9,  // 52: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	11, // 53: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	13, // 54: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	9,  // 55: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	0,  // 56: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	0,  // 57: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	18, // 58: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	21, // 59: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	5,  // 60: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	0,  // 61: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	0,  // 62: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	10, // 63: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	12, // 64: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	0,  // 65: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	25, // 66: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	25, // 67: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	28, // 68: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	0,  // 69: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	32, // 70: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	34, // 71: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	36, // 72: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	50, // [50:73] is the sub-list for method output_type
+	27, // [27:50] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -1408,7 +2576,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,19 @@ const (
 	Master_UnmountSegment_FullMethodName      = "/mooncake.store.v1.Master/UnmountSegment"
 	Master_Ping_FullMethodName                = "/mooncake.store.v1.Master/Ping"
 	Master_GetStats_FullMethodName            = "/mooncake.store.v1.Master/GetStats"
+	Master_PutStart_FullMethodName            = "/mooncake.store.v1.Master/PutStart"
+	Master_PutEnd_FullMethodName              = "/mooncake.store.v1.Master/PutEnd"
+	Master_PutRevoke_FullMethodName           = "/mooncake.store.v1.Master/PutRevoke"
+	Master_GetReplicaList_FullMethodName      = "/mooncake.store.v1.Master/GetReplicaList"
+	Master_ExistKey_FullMethodName            = "/mooncake.store.v1.Master/ExistKey"
+	Master_Remove_FullMethodName              = "/mooncake.store.v1.Master/Remove"
+	Master_RemoveByRegex_FullMethodName       = "/mooncake.store.v1.Master/RemoveByRegex"
+	Master_RemoveAll_FullMethodName           = "/mooncake.store.v1.Master/RemoveAll"
+	Master_BatchGetSize_FullMethodName        = "/mooncake.store.v1.Master/BatchGetSize"
+	Master_ReMountSegment_FullMethodName      = "/mooncake.store.v1.Master/ReMountSegment"
+	Master_ListSegments_FullMethodName        = "/mooncake.store.v1.Master/ListSegments"
+	Master_QuerySegment_FullMethodName        = "/mooncake.store.v1.Master/QuerySegment"
+	Master_ListKeys_FullMethodName            = "/mooncake.store.v1.Master/ListKeys"
 )
 
 // MasterClient is the client API for Master service.
@@ -49,6 +62,22 @@ type MasterClient interface {
 	UnmountSegment(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
 	Ping(ctx context.Context, in *PingRequest, opts ...grpc.CallOption) (*PingResponse, error)
 	GetStats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsResponse, error)
+	// Single-key forms.
+	PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResult, error)
+	PutEnd(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error)
+	PutRevoke(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error)
+	GetReplicaList(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*GetReplicaListResult, error)
+	ExistKey(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ExistResult, error)
+	Remove(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error)
+	// Bulk removal, sizes, remount.
+	RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error)
+	BatchGetSize(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*BatchGetSizeResponse, error)
+	ReMountSegment(ctx context.Context, in *ReMountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
+	// Operator listing (no leases).
+	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
+	QuerySegment(ctx context.Context, in *QuerySegmentRequest, opts ...grpc.CallOption) (*QuerySegmentResponse, error)
+	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
 }
 
 type masterClient struct {
@@ -159,6 +188,136 @@ func (c *masterClient) GetStats(ctx context.Context, in *StatsRequest, opts ...g
 	return out, nil
 }
 
+func (c *masterClient) PutStart(ctx context.Context, in *PutStartRequest, opts ...grpc.CallOption) (*PutStartResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutStartResult)
+	err := c.cc.Invoke(ctx, Master_PutStart_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PutEnd(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_PutEnd_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PutRevoke(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_PutRevoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) GetReplicaList(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*GetReplicaListResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetReplicaListResult)
+	err := c.cc.Invoke(ctx, Master_GetReplicaList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ExistKey(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*ExistResult, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExistResult)
+	err := c.cc.Invoke(ctx, Master_ExistKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) Remove(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_Remove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) RemoveByRegex(ctx context.Context, in *RemoveByRegexRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveByRegex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) RemoveAll(ctx context.Context, in *RemoveAllRequest, opts ...grpc.CallOption) (*CountResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountResponse)
+	err := c.cc.Invoke(ctx, Master_RemoveAll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) BatchGetSize(ctx context.Context, in *KeysRequest, opts ...grpc.CallOption) (*BatchGetSizeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchGetSizeResponse)
+	err := c.cc.Invoke(ctx, Master_BatchGetSize_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ReMountSegment(ctx context.Context, in *ReMountSegmentRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_ReMountSegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSegmentsResponse)
+	err := c.cc.Invoke(ctx, Master_ListSegments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) QuerySegment(ctx context.Context, in *QuerySegmentRequest, opts ...grpc.CallOption) (*QuerySegmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuerySegmentResponse)
+	err := c.cc.Invoke(ctx, Master_QuerySegment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListKeysResponse)
+	err := c.cc.Invoke(ctx, Master_ListKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -173,6 +332,22 @@ type MasterServer interface {
 	UnmountSegment(context.Context, *UnmountSegmentRequest) (*Status, error)
 	Ping(context.Context, *PingRequest) (*PingResponse, error)
 	GetStats(context.Context, *StatsRequest) (*StatsResponse, error)
+	// Single-key forms.
+	PutStart(context.Context, *PutStartRequest) (*PutStartResult, error)
+	PutEnd(context.Context, *KeyRequest) (*Status, error)
+	PutRevoke(context.Context, *KeyRequest) (*Status, error)
+	GetReplicaList(context.Context, *KeyRequest) (*GetReplicaListResult, error)
+	ExistKey(context.Context, *KeyRequest) (*ExistResult, error)
+	Remove(context.Context, *KeyRequest) (*Status, error)
+	// Bulk removal, sizes, remount.
+	RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error)
+	RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error)
+	BatchGetSize(context.Context, *KeysRequest) (*BatchGetSizeResponse, error)
+	ReMountSegment(context.Context, *ReMountSegmentRequest) (*Status, error)
+	// Operator listing (no leases).
+	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
+	QuerySegment(context.Context, *QuerySegmentRequest) (*QuerySegmentResponse, error)
+	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -212,6 +387,45 @@ func (UnimplementedMasterServer) Ping(context.Context, *PingRequest) (*PingRespo
 }
 func (UnimplementedMasterServer) GetStats(context.Context, *StatsRequest) (*StatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStats not implemented")
+}
+func (UnimplementedMasterServer) PutStart(context.Context, *PutStartRequest) (*PutStartResult, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutStart not implemented")
+}
+func (UnimplementedMasterServer) PutEnd(context.Context, *KeyRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutEnd not implemented")
+}
+func (UnimplementedMasterServer) PutRevoke(context.Context, *KeyRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutRevoke not implemented")
+}
+func (UnimplementedMasterServer) GetReplicaList(context.Context, *KeyRequest) (*GetReplicaListResult, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReplicaList not implemented")
+}
+func (UnimplementedMasterServer) ExistKey(context.Context, *KeyRequest) (*ExistResult, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExistKey not implemented")
+}
+func (UnimplementedMasterServer) Remove(context.Context, *KeyRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedMasterServer) RemoveByRegex(context.Context, *RemoveByRegexRequest) (*CountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveByRegex not implemented")
+}
+func (UnimplementedMasterServer) RemoveAll(context.Context, *RemoveAllRequest) (*CountResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveAll not implemented")
+}
+func (UnimplementedMasterServer) BatchGetSize(context.Context, *KeysRequest) (*BatchGetSizeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchGetSize not implemented")
+}
+func (UnimplementedMasterServer) ReMountSegment(context.Context, *ReMountSegmentRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReMountSegment not implemented")
+}
+func (UnimplementedMasterServer) ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSegments not implemented")
+}
+func (UnimplementedMasterServer) QuerySegment(context.Context, *QuerySegmentRequest) (*QuerySegmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method QuerySegment not implemented")
+}
+func (UnimplementedMasterServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -414,6 +628,240 @@ func _Master_GetStats_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_PutStart_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutStartRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PutStart(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PutStart_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PutStart(ctx, req.(*PutStartRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PutEnd_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PutEnd(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PutEnd_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PutEnd(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PutRevoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PutRevoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PutRevoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PutRevoke(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_GetReplicaList_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).GetReplicaList(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_GetReplicaList_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).GetReplicaList(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ExistKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ExistKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ExistKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ExistKey(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_Remove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).Remove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_Remove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).Remove(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_RemoveByRegex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveByRegexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveByRegex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveByRegex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveByRegex(ctx, req.(*RemoveByRegexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_RemoveAll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveAllRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).RemoveAll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_RemoveAll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).RemoveAll(ctx, req.(*RemoveAllRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_BatchGetSize_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchGetSize(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchGetSize_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchGetSize(ctx, req.(*KeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ReMountSegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReMountSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ReMountSegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ReMountSegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ReMountSegment(ctx, req.(*ReMountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListSegments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSegmentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListSegments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListSegments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListSegments(ctx, req.(*ListSegmentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_QuerySegment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(QuerySegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).QuerySegment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_QuerySegment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).QuerySegment(ctx, req.(*QuerySegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).ListKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_ListKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).ListKeys(ctx, req.(*ListKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -460,6 +908,58 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStats",
 			Handler:    _Master_GetStats_Handler,
+		},
+		{
+			MethodName: "PutStart",
+			Handler:    _Master_PutStart_Handler,
+		},
+		{
+			MethodName: "PutEnd",
+			Handler:    _Master_PutEnd_Handler,
+		},
+		{
+			MethodName: "PutRevoke",
+			Handler:    _Master_PutRevoke_Handler,
+		},
+		{
+			MethodName: "GetReplicaList",
+			Handler:    _Master_GetReplicaList_Handler,
+		},
+		{
+			MethodName: "ExistKey",
+			Handler:    _Master_ExistKey_Handler,
+		},
+		{
+			MethodName: "Remove",
+			Handler:    _Master_Remove_Handler,
+		},
+		{
+			MethodName: "RemoveByRegex",
+			Handler:    _Master_RemoveByRegex_Handler,
+		},
+		{
+			MethodName: "RemoveAll",
+			Handler:    _Master_RemoveAll_Handler,
+		},
+		{
+			MethodName: "BatchGetSize",
+			Handler:    _Master_BatchGetSize_Handler,
+		},
+		{
+			MethodName: "ReMountSegment",
+			Handler:    _Master_ReMountSegment_Handler,
+		},
+		{
+			MethodName: "ListSegments",
+			Handler:    _Master_ListSegments_Handler,
+		},
+		{
+			MethodName: "QuerySegment",
+			Handler:    _Master_QuerySegment_Handler,
+		},
+		{
+			MethodName: "ListKeys",
+			Handler:    _Master_ListKeys_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

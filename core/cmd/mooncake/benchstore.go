@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/store/localcluster"
+	"github.com/mooncake-go/mooncake/core/store/storebench"
+	"github.com/mooncake-go/mooncake/core/transfer/shm"
+	"github.com/mooncake-go/mooncake/core/transfer/tcp"
+)
+
+func benchStoreCmd() *cobra.Command {
+	var valueSize, segSize, protocol, masterAddr, metaURL, bind string
+	var clients, nodes, ops int
+	var duration, warmup time.Duration
+	var fill, jsonOut bool
+	c := &cobra.Command{
+		Use:   "store",
+		Short: "Pool put/get throughput and latency with N concurrent clients (redis-benchmark style); by default on a pool started in this process",
+		Long: `Measure the KV-cache pool: --clients workers, each with its own client,
+put values of --value-size under distinct keys (zero-copy PutFrom from a
+registered memfd buffer) for --duration (or --ops in all), then get them back
+(GetInto, each worker checking what it reads). Prints ops/s, GB/s (1e9
+bytes) and p50/p99 latency per phase.
+
+Without --master the pool runs in this process: a master and --nodes storage
+nodes of --segment-size each on 127.0.0.1. --protocol shm (the default)
+lets the engine pick shared memory for same-host peers, as it does by default
+on one host, with tcp for the rest; --protocol tcp uses tcp only. The warmup
+fills the pool once (--warmup-fill) so the measured puts run in steady state,
+evicting as a full cache does.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vs, err := geometry.ParseSize(valueSize)
+			if err != nil || vs <= 0 {
+				return usageOf("bench store", "--value-size %q: want a positive size such as 1MiB", valueSize)
+			}
+			seg, err := geometry.ParseSize(segSize)
+			if err != nil || seg <= 0 {
+				return usageOf("bench store", "--segment-size %q: want a positive size such as 512MiB", segSize)
+			}
+			if protocol != "tcp" && protocol != "shm" {
+				return usageOf("bench store", "--protocol %q: want shm (shm for same-host peers, else tcp) or tcp", protocol)
+			}
+			if clients <= 0 || nodes <= 0 || ops < 0 || (ops == 0 && duration <= 0) {
+				return usageOf("bench store", "--clients and --nodes must be > 0, and --ops or --duration too")
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fail := func(err error) error { return &exitError{1, "mooncake bench store: " + err.Error()} }
+			useShm := protocol == "shm"
+
+			var newClient func(ctx context.Context, cfg client.Config) (*client.Client, error)
+			if masterAddr == "" {
+				lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: nodes, SegmentSize: uint64(seg), Shm: useShm})
+				if err != nil {
+					return fail(err)
+				}
+				defer lc.Close()
+				newClient = lc.NewClient
+			} else {
+				if metaURL == "" {
+					host, _, err := net.SplitHostPort(masterAddr)
+					if err != nil {
+						return usageOf("bench store", "--master %q: %v", masterAddr, err)
+					}
+					metaURL = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
+				}
+				meta, err := httpmeta.NewClient(metaURL)
+				if err != nil {
+					return usageOf("bench store", "--metadata_server: %v", err)
+				}
+				newClient = func(ctx context.Context, cfg client.Config) (*client.Client, error) {
+					cfg.MasterAddr, cfg.Metadata = masterAddr, meta
+					cfg.Transport = tcp.New(tcp.Config{BindAddr: bind})
+					if useShm {
+						cfg.Local = shm.New(shm.Config{})
+					}
+					return client.New(ctx, cfg)
+				}
+			}
+			cls := make([]*client.Client, 0, clients)
+			defer func() {
+				for _, cl := range cls {
+					cl.Close()
+				}
+			}()
+			for range clients {
+				cl, err := newClient(ctx, client.Config{})
+				if err != nil {
+					return fail(err)
+				}
+				cls = append(cls, cl)
+			}
+			res, err := storebench.Run(ctx, cls, storebench.Config{
+				ValueSize: int(vs), Ops: ops, Duration: duration, Warmup: warmup, WarmupFill: fill,
+			})
+			res.Protocol = protocol
+			if err != nil {
+				return fail(err)
+			}
+			if jsonOut {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+			}
+			line := func(op string, p storebench.Phase) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s value %s clients %d: %9.1f ops/s %7.3f GB/s  p50 %.3f ms p99 %.3f ms  (%d ops in %.1f s)\n",
+					protocol, op, geometry.FormatSize(vs), res.Concurrency, p.OpsPerSec, p.GBps, p.P50Ms, p.P99Ms, p.Ops, p.ElapsedS)
+			}
+			line("put", res.Put)
+			line("get", res.Get)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&valueSize, "value-size", "1MiB", "bytes per value")
+	f.IntVar(&clients, "clients", 4, "concurrent clients, one worker each")
+	f.DurationVar(&duration, "duration", 5*time.Second, "measured time of each phase (put, then get)")
+	f.IntVar(&ops, "ops", 0, "operations per phase over all clients instead of --duration (0 = use --duration)")
+	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "unmeasured puts before the put phase")
+	f.BoolVar(&fill, "warmup-fill", true, "keep warming up until the pool was written once (steady state: puts evict)")
+	f.StringVar(&protocol, "protocol", "shm", "shm (shared memory to same-host peers, tcp otherwise) | tcp (tcp only)")
+	f.StringVar(&masterAddr, "master", "", "master gRPC address of an existing pool (default: start one in this process)")
+	f.StringVar(&metaURL, "metadata_server", "", "transfer metadata URL with --master (default http://<master host>:8080/metadata)")
+	f.StringVar(&bind, "bind", "0.0.0.0:0", "data-plane listen address of the clients with --master")
+	f.IntVar(&nodes, "nodes", 2, "storage nodes of the in-process pool")
+	f.StringVar(&segSize, "segment-size", "512MiB", "DRAM per storage node of the in-process pool")
+	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
+	return c
+}

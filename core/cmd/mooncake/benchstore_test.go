@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// storeResult is the part of `bench store --json` the tests check.
+type storeResult struct {
+	Protocol    string `json:"protocol"`
+	ValueSize   int    `json:"value_size"`
+	Concurrency int    `json:"concurrency"`
+	GetKeys     int    `json:"get_keys"`
+	Put, Get    struct {
+		Ops  int64   `json:"ops"`
+		GBps float64 `json:"gbps"`
+		P50  float64 `json:"p50_ms"`
+		P99  float64 `json:"p99_ms"`
+	}
+}
+
+func benchStore(t *testing.T, args ...string) storeResult {
+	t.Helper()
+	r := mooncake(t, 60*time.Second, append([]string{"bench", "store", "--json"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("bench store %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	var res storeResult
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatalf("bench store --json printed %q: %v", r.stdout, err)
+	}
+	return res
+}
+
+func TestBenchStoreInProcess(t *testing.T) {
+	for _, proto := range []string{"shm", "tcp"} {
+		t.Run(proto, func(t *testing.T) {
+			res := benchStore(t, "--protocol", proto, "--value-size", "64KiB", "--clients", "2", "--ops", "40",
+				"--segment-size", "1MiB", "--warmup", "10ms")
+			if res.Protocol != proto || res.ValueSize != 64<<10 || res.Concurrency != 2 || res.Put.Ops != 40 || res.Get.Ops != 40 {
+				t.Fatalf("result %+v", res)
+			}
+			if res.Put.GBps <= 0 || res.Get.GBps <= 0 || res.Put.P99 < res.Put.P50 || res.GetKeys == 0 {
+				t.Fatalf("implausible result %+v", res)
+			}
+		})
+	}
+}
+
+func TestBenchStoreHumanLine(t *testing.T) {
+	r := mooncake(t, 60*time.Second, "bench", "store", "--value-size", "4KiB", "--clients", "1", "--ops", "10", "--segment-size", "1MiB", "--warmup", "-1s")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "shm put value 4.0 KiB clients 1: ") || !strings.HasPrefix(lines[1], "shm get value 4.0 KiB clients 1: ") ||
+		!strings.Contains(lines[0], "ops/s") || !strings.Contains(lines[0], "GB/s") || !strings.Contains(lines[0], "p99") {
+		t.Fatalf("output %q", r.stdout)
+	}
+}
+
+func TestBenchStoreBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--protocol", "rdma"},
+		{"--value-size", "0"},
+		{"--value-size", "lots"},
+		{"--clients", "0"},
+		{"--ops", "0", "--duration", "0s"},
+		{"--segment-size", "-1"},
+		{"--master", "no-port"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			r := mooncake(t, 30*time.Second, append([]string{"bench", "store"}, args...)...)
+			if r.code != 2 {
+				t.Fatalf("exit %d, want 2\n%s", r.code, r.stderr)
+			}
+			oneLine(t, r.stderr)
+		})
+	}
+}
+
+// TestBenchStoreAgainstNode runs the benchmark against a master and a node
+// in other processes: with shm the client maps the node's segment (its
+// memfd passed over the node's unix socket), with tcp it does not.
+func TestBenchStoreAgainstNode(t *testing.T) {
+	ports := freePorts(t, 3)
+	rpc := "127.0.0.1:" + strconv.Itoa(ports[0])
+	meta := "http://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metadata"
+	m, _ := startDaemon(t, "master", "--rpc_port", strconv.Itoa(ports[0]), "--metrics_port", strconv.Itoa(ports[1]),
+		"--http_metadata_server_port", strconv.Itoa(ports[2]), "--rpc_address", "127.0.0.1",
+		"--metrics_host", "127.0.0.1", "--http_metadata_server_host", "127.0.0.1")
+	n, _ := startDaemon(t, "node", "--master", rpc, "--metadata_server", meta, "--segment-size", "4MiB", "--bind", "127.0.0.1:0")
+	for _, proto := range []string{"shm", "tcp"} {
+		t.Run(proto, func(t *testing.T) {
+			res := benchStore(t, "--master", rpc, "--metadata_server", meta, "--bind", "127.0.0.1:0", "--protocol", proto,
+				"--value-size", "64KiB", "--clients", "2", "--ops", "30", "--warmup", "10ms")
+			if res.Put.Ops != 30 || res.Get.Ops != 30 || res.GetKeys == 0 {
+				t.Fatalf("result %+v", res)
+			}
+		})
+	}
+	n.stop(t)
+	m.stop(t)
+}

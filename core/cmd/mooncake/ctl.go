@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/store/client"
+)
+
+// ctlCmd is `mooncake ctl`: an operator's view of a running master. Every
+// subcommand is one or two master RPCs that grant no lease. Usage errors
+// exit 2, failures 1, each with one line on stderr.
+func ctlCmd() *cobra.Command {
+	var (
+		masterAddr string
+		timeout    time.Duration
+	)
+	c := &cobra.Command{
+		Use:   "ctl",
+		Short: "Inspect and administer a running master's pool: segments, keys, stat, remove, remove-regex, usage",
+		Long: `Inspect and administer a running master's pool over its gRPC port.
+Listing and stat grant no lease. Sizes are in bytes.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return &exitError{2, fmt.Sprintf("mooncake ctl: unknown command %q (want segments, keys, stat, remove, remove-regex or usage)", args[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return &exitError{2, "mooncake ctl: missing command (segments, keys, stat, remove, remove-regex or usage)"}
+		},
+	}
+	pf := c.PersistentFlags()
+	pf.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address")
+	pf.DurationVar(&timeout, "timeout", 10*time.Second, "bound on each master call")
+
+	// run wraps a subcommand: it checks the argument count (a usage error)
+	// and dials the master; f's errors become one-line failures.
+	run := func(name string, nargs int, f func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			if len(args) != nargs {
+				return &exitError{2, fmt.Sprintf("mooncake ctl %s: want %d argument(s), got %d (usage: %s)", name, nargs, len(args), cmd.UseLine())}
+			}
+			if timeout <= 0 {
+				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --timeout %v: must be positive", name, timeout)}
+			}
+			a, err := client.DialAdmin(masterAddr, timeout)
+			if err != nil {
+				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --master %q: %v", name, masterAddr, err)}
+			}
+			defer a.Close()
+			if err := f(cmd.Context(), a, cmd.OutOrStdout(), args); err != nil {
+				if _, ok := err.(*exitError); ok {
+					return err
+				}
+				return &exitError{1, fmt.Sprintf("mooncake ctl %s: %s", name, oneLineErr(err))}
+			}
+			return nil
+		}
+	}
+	noArgs := cobra.ArbitraryArgs // counted by run, to exit 2 with our message
+
+	segments := &cobra.Command{
+		Use:   "segments",
+		Short: "List mounted segments: id, name, capacity, used, objects",
+		Args:  noArgs,
+		RunE: run("segments", 0, func(ctx context.Context, a *client.Admin, out io.Writer, _ []string) error {
+			segs, err := a.ListSegments(ctx)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tCAPACITY\tUSED\tUSED%\tOBJECTS\tCLIENT")
+			for _, s := range segs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%d\t%s\n", s.ID, s.Name, s.Size, s.Used, 100*s.UsedRatio(), s.Objects, s.Client)
+			}
+			return tw.Flush()
+		}),
+	}
+
+	var prefix string
+	var limit int
+	keys := &cobra.Command{
+		Use:   "keys",
+		Short: "List keys in key order: size, state, replicas, lease, pins",
+		Args:  noArgs,
+		RunE: run("keys", 0, func(ctx context.Context, a *client.Admin, out io.Writer, _ []string) error {
+			if limit < 0 {
+				return &exitError{2, fmt.Sprintf("mooncake ctl keys: --limit %d: must be >= 0 (0 = all)", limit)}
+			}
+			ks, total, err := a.ListKeys(ctx, prefix, limit)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KEY\tSIZE\tSTATE\tREPLICAS\tLEASE\tPIN")
+			for _, k := range ks {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", k.Key, k.Size, state(k), len(k.Replicas), leaseText(k.LeaseLeft), pinText(k))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if len(ks) < total {
+				fmt.Fprintf(out, "(%d of %d keys; raise --limit)\n", len(ks), total)
+			}
+			return nil
+		}),
+	}
+	keys.Flags().StringVar(&prefix, "prefix", "", "only keys starting with this")
+	keys.Flags().IntVar(&limit, "limit", 1000, "at most this many keys (0 = all)")
+
+	stat := &cobra.Command{
+		Use:   "stat KEY",
+		Short: "Show one readable key: size, replicas and where they are, lease, pins",
+		Args:  cobra.ArbitraryArgs,
+		RunE: run("stat", 1, func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error {
+			k, err := a.Stat(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "key\t%s\n", k.Key)
+			fmt.Fprintf(tw, "size\t%d (%s)\n", k.Size, geometry.FormatSize(int64(k.Size)))
+			fmt.Fprintf(tw, "replicas\t%d\n", len(k.Replicas))
+			for i, r := range k.Replicas {
+				parts := make([]string, len(r))
+				for j, p := range r {
+					parts[j] = fmt.Sprintf("%s@%#x+%d", p.Segment, p.Addr, p.Size)
+				}
+				fmt.Fprintf(tw, "replica %d\t%s\n", i, strings.Join(parts, " "))
+			}
+			fmt.Fprintf(tw, "owner\t%s\n", k.Owner)
+			fmt.Fprintf(tw, "lease\t%s\n", leaseText(k.LeaseLeft))
+			fmt.Fprintf(tw, "pin\t%s\n", pinText(k))
+			return tw.Flush()
+		}),
+	}
+
+	var force bool
+	remove := &cobra.Command{
+		Use:   "remove KEY",
+		Short: "Remove one key (--force: even if leased or hard-pinned)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: run("remove", 1, func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error {
+			if err := a.Remove(ctx, args[0], force); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "removed %s\n", args[0])
+			return nil
+		}),
+	}
+	remove.Flags().BoolVar(&force, "force", false, "remove even if leased or hard-pinned")
+
+	var forceRe bool
+	removeRe := &cobra.Command{
+		Use:   "remove-regex REGEX",
+		Short: "Remove every key matching REGEX (RE2, unanchored); leased and hard-pinned keys only with --force",
+		Args:  cobra.ArbitraryArgs,
+		RunE: run("remove-regex", 1, func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error {
+			if args[0] == "" {
+				return &exitError{2, "mooncake ctl remove-regex: empty regex (use .* to match every key)"}
+			}
+			if _, err := regexp.Compile(args[0]); err != nil {
+				return &exitError{2, fmt.Sprintf("mooncake ctl remove-regex: %v", err)}
+			}
+			n, err := a.RemoveByRegex(ctx, args[0], forceRe)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "removed %d keys\n", n)
+			return nil
+		}),
+	}
+	removeRe.Flags().BoolVar(&forceRe, "force", false, "remove leased and hard-pinned keys too")
+
+	usage := &cobra.Command{
+		Use:   "usage",
+		Short: "Show pool totals: capacity, used, objects, segments, clients, pins, evictions",
+		Args:  noArgs,
+		RunE: run("usage", 0, func(ctx context.Context, a *client.Admin, out io.Writer, _ []string) error {
+			st, err := a.Stats(ctx)
+			if err != nil {
+				return err
+			}
+			pct := 0.0
+			if st.Capacity > 0 {
+				pct = 100 * float64(st.Used) / float64(st.Capacity)
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "capacity\t%d (%s)\n", st.Capacity, geometry.FormatSize(int64(st.Capacity)))
+			fmt.Fprintf(tw, "used\t%d (%.1f%%)\n", st.Used, pct)
+			fmt.Fprintf(tw, "objects\t%d\n", st.Objects)
+			fmt.Fprintf(tw, "segments\t%d\n", st.Segments)
+			fmt.Fprintf(tw, "clients\t%d\n", st.Clients)
+			fmt.Fprintf(tw, "soft_pinned\t%d\n", st.SoftPinned)
+			fmt.Fprintf(tw, "hard_pinned\t%d\n", st.HardPinned)
+			fmt.Fprintf(tw, "evicted\t%d objects, %d bytes\n", st.EvictedObjects, st.EvictedBytes)
+			fmt.Fprintf(tw, "partial_puts\t%d\n", st.PartialPuts)
+			fmt.Fprintf(tw, "striped_puts\t%d\n", st.StripedPuts)
+			return tw.Flush()
+		}),
+	}
+
+	c.AddCommand(segments, keys, stat, remove, removeRe, usage)
+	return c
+}
+
+func state(k client.KeyInfo) string {
+	if k.Complete {
+		return "complete"
+	}
+	return "writing"
+}
+
+func leaseText(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func pinText(k client.KeyInfo) string {
+	var p []string
+	if k.HardPin {
+		p = append(p, "hard")
+	}
+	if k.SoftPin {
+		if k.SoftPinLeft > 0 {
+			p = append(p, "soft("+k.SoftPinLeft.Round(time.Second).String()+")")
+		} else {
+			p = append(p, "soft(lapsed)")
+		}
+	}
+	if len(p) == 0 {
+		return "-"
+	}
+	return strings.Join(p, ",")
+}
+
+// oneLineErr flattens an error's message onto one line.
+func oneLineErr(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

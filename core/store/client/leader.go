@@ -1,0 +1,179 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	"github.com/mooncake-go/mooncake/core/store/ha"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// Following the leader of highly available masters (core/store/ha).
+//
+// With Config.MasterAddr "etcd://h1:2379,h2:2379" (upstream's form, also
+// with ';' between endpoints) the client does not dial a fixed master: a
+// gRPC resolver watches the election keys of Config.ClusterID in etcd and
+// points the connection at the current leader, so a failover redirects the
+// client as soon as the new leader is elected. Calls that fail with gRPC
+// code Unavailable (connection refused, a standby's refusal, a leader that
+// lost its leadership before replicating the change) are retried with
+// backoff until the call's deadline, but only when they are idempotent:
+// lookups (exist, replica lists, sizes), Ping, statistics and listings, and
+// segment mounts (a repeated mount is reported as already mounted, which
+// the client treats as success). Puts, removals and unmounts are never
+// retried blindly: the caller gets RPC_FAIL and decides; retrying a put is
+// safe (a put that did commit answers OBJECT_ALREADY_EXISTS, which counts
+// as success).
+
+// leaderScheme is the gRPC target scheme of the leader resolver.
+const leaderScheme = "mooncake-leader"
+
+// idempotent lists the master methods retried on Unavailable.
+var idempotent = map[string]bool{
+	pb.Master_BatchExistKey_FullMethodName:       true,
+	pb.Master_BatchGetReplicaList_FullMethodName: true,
+	pb.Master_ExistKey_FullMethodName:            true,
+	pb.Master_GetReplicaList_FullMethodName:      true,
+	pb.Master_BatchGetSize_FullMethodName:        true,
+	pb.Master_Ping_FullMethodName:                true,
+	pb.Master_GetStats_FullMethodName:            true,
+	pb.Master_ListSegments_FullMethodName:        true,
+	pb.Master_QuerySegment_FullMethodName:        true,
+	pb.Master_ListKeys_FullMethodName:            true,
+	pb.Master_MountSegment_FullMethodName:        true,
+	pb.Master_ReMountSegment_FullMethodName:      true,
+}
+
+// etcdEndpoints returns the endpoints of an "etcd://..." master address.
+func etcdEndpoints(addr string) ([]string, bool) {
+	rest, ok := strings.CutPrefix(addr, "etcd://")
+	if !ok {
+		return nil, false
+	}
+	var eps []string
+	for _, f := range strings.FieldsFunc(rest, func(r rune) bool { return r == ',' || r == ';' }) {
+		if f = strings.TrimSpace(f); f != "" {
+			eps = append(eps, f)
+		}
+	}
+	return eps, true
+}
+
+// dialMaster creates the master connection: to MasterAddr, or, for an
+// etcd:// address, to whichever master leads. Errors: INVALID_PARAMS (no
+// endpoint, bad cluster id); RPC_FAIL (gRPC refused the target).
+func (c *Client) dialMaster() (*grpc.ClientConn, error) {
+	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
+	eps, ok := etcdEndpoints(c.cfg.MasterAddr)
+	if !ok {
+		conn, err := grpc.NewClient(c.cfg.MasterAddr, creds)
+		if err != nil {
+			return nil, store.Errorf(store.RPCFail, "master %s: %v", c.cfg.MasterAddr, err)
+		}
+		return conn, nil
+	}
+	if len(eps) == 0 {
+		return nil, store.Errorf(store.InvalidParams, "master %q names no etcd endpoint", c.cfg.MasterAddr)
+	}
+	cluster := c.cfg.ClusterID
+	if cluster == "" {
+		cluster = ha.DefaultClusterID
+	}
+	if err := ha.CheckClusterID(cluster); err != nil {
+		return nil, store.Errorf(store.InvalidParams, "%v", err)
+	}
+	b := &leaderBuilder{endpoints: eps, cluster: cluster}
+	conn, err := grpc.NewClient(leaderScheme+":///"+cluster, creds, grpc.WithResolvers(b), grpc.WithChainUnaryInterceptor(c.retryIdempotent))
+	if err != nil {
+		return nil, store.Errorf(store.RPCFail, "master %s: %v", c.cfg.MasterAddr, err)
+	}
+	return conn, nil
+}
+
+// retryIdempotent retries idempotent calls that fail with Unavailable,
+// with backoff, until the call's context ends or the client closes.
+func (c *Client) retryIdempotent(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	backoff := 10 * time.Millisecond
+	for {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil || !idempotent[method] || grpcstatus.Code(err) != codes.Unavailable {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-c.stop:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 250*time.Millisecond)
+	}
+}
+
+// leaderBuilder builds resolvers that follow a cluster's leader.
+type leaderBuilder struct {
+	endpoints []string
+	cluster   string
+}
+
+func (b *leaderBuilder) Scheme() string { return leaderScheme }
+
+// Build starts watching the master view. Each resolver owns its etcd
+// client (gRPC may rebuild the resolver when the channel leaves idle).
+func (b *leaderBuilder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: b.endpoints, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &leaderResolver{cli: cli, cc: cc, cancel: cancel, done: make(chan struct{})}
+	go r.run(ctx, b.cluster)
+	return r, nil
+}
+
+// leaderResolver reports the current leader's address to gRPC.
+type leaderResolver struct {
+	cli    *clientv3.Client
+	cc     resolver.ClientConn
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *leaderResolver) run(ctx context.Context, cluster string) {
+	defer close(r.done)
+	last := "\x00" // nothing reported yet
+	ha.WatchLeader(ctx, r.cli, cluster, func(addr string) {
+		if addr == last || ctx.Err() != nil {
+			return
+		}
+		last = addr
+		if addr == "" {
+			r.cc.ReportError(ha.ErrNoLeader)
+			return
+		}
+		_ = r.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
+	})
+}
+
+// ResolveNow is a no-op: the watch reports every change.
+func (r *leaderResolver) ResolveNow(resolver.ResolveNowOptions) {}
+
+// Close stops the watch and closes the etcd client.
+func (r *leaderResolver) Close() {
+	r.cancel()
+	<-r.done
+	r.cli.Close()
+}

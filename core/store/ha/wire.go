@@ -1,0 +1,168 @@
+package ha
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/mooncake-go/mooncake/core/store/master"
+)
+
+// The JSON stored in etcd. Field names are part of the format: a master
+// must read what an older one wrote.
+
+// Entry ops.
+const (
+	opMount   = "mount"
+	opUnmount = "unmount"
+	opCommit  = "commit"
+	opRemove  = "remove"
+)
+
+type wireSegment struct {
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Base     uint64 `json:"base"`
+	Size     uint64 `json:"size"`
+	Protocol string `json:"protocol,omitempty"`
+	HostID   string `json:"host_id,omitempty"`
+	Client   string `json:"client"`
+}
+
+type wirePiece struct {
+	Segment string `json:"seg"`
+	Offset  uint64 `json:"off"`
+	Size    uint64 `json:"size"`
+}
+
+type wireReplica struct {
+	Segment string      `json:"seg"`
+	Offset  uint64      `json:"off"`
+	Stripe  []wirePiece `json:"stripe,omitempty"`
+}
+
+type wireObject struct {
+	Key      string        `json:"key"`
+	Size     uint64        `json:"size"`
+	Owner    string        `json:"owner,omitempty"`
+	Replicas []wireReplica `json:"replicas"`
+	SoftPin  bool          `json:"soft_pin,omitempty"`
+	HardPin  bool          `json:"hard_pin,omitempty"`
+}
+
+// wireEntry is one event of the operation log.
+type wireEntry struct {
+	Op        string       `json:"op"`
+	Segment   *wireSegment `json:"segment,omitempty"`    // mount
+	SegmentID string       `json:"segment_id,omitempty"` // unmount
+	Object    *wireObject  `json:"object,omitempty"`     // commit
+	Key       string       `json:"key,omitempty"`        // remove
+}
+
+// wireSnapshot is a whole table (master.State) at sequence number Seq.
+type wireSnapshot struct {
+	Seq      uint64        `json:"seq"`
+	Segments []wireSegment `json:"segments"`
+	Objects  []wireObject  `json:"objects"` // least recently used first
+}
+
+// wireManifest is the value of the snapshot key: where the chunks of the
+// latest complete snapshot are.
+type wireManifest struct {
+	Seq     uint64 `json:"seq"`
+	Chunks  int    `json:"chunks"`
+	Bytes   int    `json:"bytes"`
+	Objects int    `json:"objects"`
+}
+
+func toWireSegment(s master.Segment, client string) wireSegment {
+	return wireSegment{ID: s.ID, Name: s.Name, Base: s.Base, Size: s.Size, Protocol: s.Protocol, HostID: s.HostID, Client: client}
+}
+
+func (w wireSegment) segment() master.Segment {
+	return master.Segment{ID: w.ID, Name: w.Name, Base: w.Base, Size: w.Size, Protocol: w.Protocol, HostID: w.HostID}
+}
+
+func toWireObject(o master.ObjectRecord) wireObject {
+	w := wireObject{Key: o.Key, Size: o.Size, Owner: o.Owner, SoftPin: o.SoftPin, HardPin: o.HardPin, Replicas: make([]wireReplica, len(o.Replicas))}
+	for i, r := range o.Replicas {
+		wr := wireReplica{Segment: r.SegmentID, Offset: r.Offset}
+		for _, p := range r.Stripe {
+			wr.Stripe = append(wr.Stripe, wirePiece{Segment: p.SegmentID, Offset: p.Offset, Size: p.Size})
+		}
+		w.Replicas[i] = wr
+	}
+	return w
+}
+
+func (w wireObject) record() master.ObjectRecord {
+	o := master.ObjectRecord{Key: w.Key, Size: w.Size, Owner: w.Owner, SoftPin: w.SoftPin, HardPin: w.HardPin, Replicas: make([]master.ReplicaRecord, len(w.Replicas))}
+	for i, r := range w.Replicas {
+		rr := master.ReplicaRecord{SegmentID: r.Segment, Offset: r.Offset}
+		for _, p := range r.Stripe {
+			rr.Stripe = append(rr.Stripe, master.PieceRecord{SegmentID: p.Segment, Offset: p.Offset, Size: p.Size})
+		}
+		o.Replicas[i] = rr
+	}
+	return o
+}
+
+func toWireSnapshot(st master.State, seq uint64) wireSnapshot {
+	w := wireSnapshot{Seq: seq, Segments: make([]wireSegment, len(st.Segments)), Objects: make([]wireObject, len(st.Objects))}
+	for i, s := range st.Segments {
+		w.Segments[i] = toWireSegment(s.Segment, s.Client)
+	}
+	for i, o := range st.Objects {
+		w.Objects[i] = toWireObject(o)
+	}
+	return w
+}
+
+func (w wireSnapshot) state() master.State {
+	st := master.State{Segments: make([]master.SegmentRecord, len(w.Segments)), Objects: make([]master.ObjectRecord, len(w.Objects))}
+	for i, s := range w.Segments {
+		st.Segments[i] = master.SegmentRecord{Segment: s.segment(), Client: s.Client}
+	}
+	for i, o := range w.Objects {
+		st.Objects[i] = o.record()
+	}
+	return st
+}
+
+// apply replays one event on m through its Restore methods. Errors:
+// ErrCorrupt, wrapping the master's error, when the event does not apply.
+func apply(m *master.Master, e wireEntry) error {
+	var err error
+	switch e.Op {
+	case opMount:
+		if e.Segment == nil {
+			return fmt.Errorf("%w: mount without a segment", ErrCorrupt)
+		}
+		err = m.RestoreSegment(e.Segment.segment(), e.Segment.Client)
+	case opUnmount:
+		err = m.RestoreUnmount(e.SegmentID)
+	case opCommit:
+		if e.Object == nil {
+			return fmt.Errorf("%w: commit without an object", ErrCorrupt)
+		}
+		err = m.RestoreObject(e.Object.record())
+	case opRemove:
+		if !m.RestoreRemove(e.Key) {
+			err = fmt.Errorf("no complete object %q to remove", e.Key)
+		}
+	default:
+		err = fmt.Errorf("unknown op %q", e.Op)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, e.Op, err)
+	}
+	return nil
+}
+
+// decodeBatch parses one oplog value.
+func decodeBatch(key string, v []byte) ([]wireEntry, error) {
+	var es []wireEntry
+	if err := json.Unmarshal(v, &es); err != nil {
+		return nil, fmt.Errorf("%w: oplog %s: %v", ErrCorrupt, key, err)
+	}
+	return es, nil
+}

@@ -1,0 +1,245 @@
+package master
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/store"
+)
+
+// ObjectInfo describes one object for operators (Stat, ListKeys).
+type ObjectInfo struct {
+	Key      string
+	Size     uint64 // value bytes (one replica)
+	Owner    string // client that wrote it
+	Complete bool   // readable; false while being written
+	Replicas []Replica
+	// LeaseLeft is the time until the lease ends, 0 when unleased.
+	LeaseLeft time.Duration
+	// SoftPin and HardPin are the pins it was put with; SoftPinLeft is the
+	// time until the soft pin lapses (0 when not in force).
+	SoftPin, HardPin bool
+	SoftPinLeft      time.Duration
+}
+
+// SegmentInfo describes one mounted segment for operators.
+type SegmentInfo struct {
+	Segment
+	Client      string // owner
+	Used        uint64 // bytes allocated (replicas and discarded writes)
+	LargestFree uint64 // largest contiguous free range, bytes
+	Objects     int    // objects with a replica (or piece) here
+}
+
+// checkSegment validates a segment as MountSegment does.
+func checkSegment(seg Segment) error {
+	switch {
+	case seg.ID == "":
+		return store.Errorf(store.InvalidParams, "segment id is empty")
+	case seg.Name == "":
+		return store.Errorf(store.InvalidParams, "segment %q has no name", seg.ID)
+	case seg.Size == 0:
+		return store.Errorf(store.InvalidParams, "segment %q has size 0", seg.ID)
+	case seg.Base == 0:
+		return store.Errorf(store.InvalidParams, "segment %q has base address 0", seg.ID)
+	}
+	return nil
+}
+
+// removable is Remove's check without the lookup: nil when o may go now.
+func (m *Master) removable(o *object, force bool, now time.Time) error {
+	switch {
+	case !o.complete:
+		return store.Errorf(store.ReplicaIsNotReady, "key %q is being written", o.key)
+	case !force && o.leaseUntil.After(now):
+		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", o.key, o.leaseUntil.Sub(now))
+	case !force && o.hardPin:
+		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", o.key)
+	}
+	return nil
+}
+
+// RemoveByRegex removes every object whose key matches expr (Go RE2 syntax,
+// unanchored like upstream's regex_search) and that Remove(key, force)
+// would remove: objects being written are skipped, and so are leased and
+// hard-pinned ones unless force. It returns how many it removed. Errors:
+// INVALID_PARAMS (empty or invalid expression). Mirrors upstream
+// RemoveByRegex.
+func (m *Master) RemoveByRegex(expr string, force bool) (int, error) {
+	if expr == "" {
+		return 0, store.Errorf(store.InvalidParams, "empty regex")
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return 0, store.Errorf(store.InvalidParams, "regex %q: %v", expr, err)
+	}
+	now := m.cfg.Now()
+	var victims []*object
+	for k, o := range m.objects {
+		if re.MatchString(k) && m.removable(o, force, now) == nil {
+			victims = append(victims, o)
+		}
+	}
+	for _, o := range victims {
+		m.free(o)
+	}
+	return len(victims), nil
+}
+
+// RemoveAll removes every complete object, skipping leased ones unless
+// force; hard pins do not protect (upstream: hard-pinned objects are removed
+// only explicitly, by Remove with force or RemoveAll). Objects being written
+// are always skipped: their writers still hold the space. It returns how
+// many it removed. Mirrors upstream RemoveAll.
+func (m *Master) RemoveAll(force bool) int {
+	now := m.cfg.Now()
+	var victims []*object
+	for _, o := range m.objects {
+		if m.removable(o, true, now) == nil && (force || !o.leaseUntil.After(now)) {
+			victims = append(victims, o)
+		}
+	}
+	for _, o := range victims {
+		m.free(o)
+	}
+	return len(victims)
+}
+
+// Stat describes key without granting a lease or counting as a use (an
+// operator's look; do not read through the replicas it returns). Errors:
+// INVALID_PARAMS / INVALID_KEY for a bad key; OBJECT_NOT_FOUND.
+func (m *Master) Stat(key string) (ObjectInfo, error) {
+	if err := checkKey(key); err != nil {
+		return ObjectInfo{}, err
+	}
+	o, ok := m.objects[key]
+	if !ok {
+		return ObjectInfo{}, store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	return m.info(o, m.cfg.Now()), nil
+}
+
+func (m *Master) info(o *object, now time.Time) ObjectInfo {
+	in := ObjectInfo{Key: o.key, Size: o.size, Owner: o.owner, Complete: o.complete, Replicas: m.descs(o), SoftPin: o.softPin, HardPin: o.hardPin}
+	if o.leaseUntil.After(now) {
+		in.LeaseLeft = o.leaseUntil.Sub(now)
+	}
+	if o.softPinned(now) {
+		in.SoftPinLeft = o.softPinUntil.Sub(now)
+	}
+	return in
+}
+
+// GetSize returns the size in bytes of key's value; no lease is granted.
+// Errors: INVALID_PARAMS / INVALID_KEY for a bad key; OBJECT_NOT_FOUND;
+// REPLICA_IS_NOT_READY (being written). Mirrors upstream get_size, which
+// reads the replica list (and so takes a lease) instead.
+func (m *Master) GetSize(key string) (uint64, error) {
+	if err := checkKey(key); err != nil {
+		return 0, err
+	}
+	o, ok := m.objects[key]
+	if !ok {
+		return 0, store.Errorf(store.ObjectNotFound, "key %q", key)
+	}
+	if !o.complete {
+		return 0, store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
+	}
+	return o.size, nil
+}
+
+// ReMountSegment mounts segs for client after a NEED_REMOUNT, idempotently:
+// a segment already mounted by the same client with the same description is
+// left as it is. Every segment is checked before any is mounted. Errors:
+// INVALID_PARAMS (empty client id, a malformed segment as MountSegment, an
+// id listed twice); SEGMENT_ALREADY_EXISTS (the id is mounted by another
+// client or with another name, base, size, protocol or host). Mirrors
+// upstream ReMountSegment.
+func (m *Master) ReMountSegment(segs []Segment, client string) error {
+	if client == "" {
+		return store.Errorf(store.InvalidParams, "empty client id")
+	}
+	seen := make(map[string]bool, len(segs))
+	for _, s := range segs {
+		if err := checkSegment(s); err != nil {
+			return err
+		}
+		if seen[s.ID] {
+			return store.Errorf(store.InvalidParams, "segment %q listed twice", s.ID)
+		}
+		seen[s.ID] = true
+		if cur, ok := m.segs[s.ID]; ok {
+			if cur.client != client {
+				return store.Errorf(store.SegmentAlreadyExists, "segment %q is mounted by client %q", s.ID, cur.client)
+			}
+			if cur.Segment != s {
+				return store.Errorf(store.SegmentAlreadyExists, "segment %q is mounted as %+v", s.ID, cur.Segment)
+			}
+		}
+	}
+	for _, s := range segs {
+		if _, ok := m.segs[s.ID]; !ok {
+			if err := m.MountSegment(s, client); err != nil {
+				return err // unreachable: checked above
+			}
+		}
+	}
+	m.touchClient(client)
+	return nil
+}
+
+func segInfo(s *segment) SegmentInfo {
+	st := s.alloc.Stats()
+	return SegmentInfo{Segment: s.Segment, Client: s.client, Used: st.Used, LargestFree: st.LargestFree, Objects: len(s.objects)}
+}
+
+// ListSegments describes every mounted segment, in ID order.
+func (m *Master) ListSegments() []SegmentInfo {
+	out := make([]SegmentInfo, len(m.order))
+	for i, s := range m.order {
+		out[i] = segInfo(s)
+	}
+	return out
+}
+
+// QuerySegment describes one segment. Errors: INVALID_PARAMS (empty id);
+// SEGMENT_NOT_FOUND. Mirrors upstream QuerySegmentStatusById.
+func (m *Master) QuerySegment(id string) (SegmentInfo, error) {
+	if id == "" {
+		return SegmentInfo{}, store.Errorf(store.InvalidParams, "segment id is empty")
+	}
+	s, ok := m.segs[id]
+	if !ok {
+		return SegmentInfo{}, store.Errorf(store.SegmentNotFound, "segment %q", id)
+	}
+	return segInfo(s), nil
+}
+
+// ListKeys describes the objects whose key starts with prefix, in key
+// order, at most limit of them (0 = all), and returns how many match in
+// all. Listing grants no lease and does not count as a use. Errors:
+// INVALID_PARAMS (negative limit).
+func (m *Master) ListKeys(prefix string, limit int) ([]ObjectInfo, int, error) {
+	if limit < 0 {
+		return nil, 0, store.Errorf(store.InvalidParams, "limit %d", limit)
+	}
+	var keys []string
+	for k := range m.objects {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	total := len(keys)
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	now := m.cfg.Now()
+	out := make([]ObjectInfo, len(keys))
+	for i, k := range keys {
+		out[i] = m.info(m.objects[k], now)
+	}
+	return out, total, nil
+}

@@ -1,0 +1,325 @@
+package master
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/store"
+)
+
+// replEvent is one Observer call, recorded.
+type replEvent struct {
+	op     string // mount, unmount, commit, remove
+	seg    Segment
+	client string
+	id     string
+	obj    ObjectRecord
+	key    string
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct{ events []replEvent }
+
+func (r *recorder) SegmentMounted(seg Segment, client string) {
+	r.events = append(r.events, replEvent{op: "mount", seg: seg, client: client})
+}
+func (r *recorder) SegmentUnmounted(id string) {
+	r.events = append(r.events, replEvent{op: "unmount", id: id})
+}
+func (r *recorder) ObjectCommitted(obj ObjectRecord) {
+	r.events = append(r.events, replEvent{op: "commit", obj: obj})
+}
+func (r *recorder) ObjectRemoved(key string) {
+	r.events = append(r.events, replEvent{op: "remove", key: key})
+}
+
+// replay applies e to m through the Restore methods, as a new leader does.
+func replay(m *Master, e replEvent) error {
+	switch e.op {
+	case "mount":
+		return m.RestoreSegment(e.seg, e.client)
+	case "unmount":
+		return m.RestoreUnmount(e.id)
+	case "commit":
+		return m.RestoreObject(e.obj)
+	case "remove":
+		if !m.RestoreRemove(e.key) {
+			return fmt.Errorf("remove %q: no such complete object", e.key)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown event %q", e.op)
+}
+
+// canonical sorts a dump's objects by key: the LRU order of reads is not
+// replicated.
+func canonical(st State) State {
+	st.Objects = slices.Clone(st.Objects)
+	slices.SortFunc(st.Objects, func(a, b ObjectRecord) int { return cmp.Compare(a.Key, b.Key) })
+	return st
+}
+
+// committedBytes is the space the complete objects of st occupy.
+func committedBytes(st State) uint64 {
+	var n uint64
+	for _, o := range st.Objects {
+		n += o.Size * uint64(len(o.Replicas))
+	}
+	return n
+}
+
+func replSeg(id string, size uint64) Segment {
+	return Segment{ID: id, Name: "node-" + id, Base: 1 << 32, Size: size, Protocol: "tcp"}
+}
+
+type replClock struct{ t time.Time }
+
+func (c *replClock) now() time.Time { return c.t }
+
+func newReplMaster(t testing.TB, clk *replClock, ob Observer, seed uint64) *Master {
+	t.Helper()
+	m, err := New(Config{Now: clk.now, Rand: rand.New(rand.NewPCG(seed, 3)), Observer: ob,
+		DefaultLeaseTTL: time.Second, ClientTTL: 5 * time.Second, EvictionHighWatermark: 0.8, EvictionRatio: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestReplicationReplay drives a master with random operations and follows
+// it with (a) a master fed every observed event through the Restore
+// methods and (b) masters restored from a Dump taken at a random step and
+// then fed the later events. After every step all of them hold exactly the
+// leader's committed objects at the same places, and their allocators
+// hold exactly those bytes.
+func TestReplicationReplay(t *testing.T) {
+	seeds := 60
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { replayRun(t, seed, 300) })
+	}
+}
+
+func replayRun(t *testing.T, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 17))
+	clk := &replClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rec := &recorder{}
+	leader := newReplMaster(t, clk, rec, seed)
+	follower := newReplMaster(t, clk, nil, seed+1)
+	type snap struct {
+		m    *Master
+		from int // events already in the dump
+	}
+	var snaps []snap
+	applied := 0
+	var inflight []string
+	clients := []string{"c0", "c1", "c2"}
+	segs := []string{"s0", "s1", "s2", "s3"}
+	for step := range steps {
+		client := clients[rng.IntN(len(clients))]
+		switch op := rng.IntN(100); {
+		case op < 8:
+			id := segs[rng.IntN(len(segs))]
+			_ = leader.MountSegment(replSeg(id, uint64(8<<10+rng.IntN(56<<10))), client)
+		case op < 11:
+			id := segs[rng.IntN(len(segs))]
+			if s, ok := leader.segs[id]; ok {
+				_ = leader.UnmountSegment(id, s.client)
+			}
+		case op < 50:
+			key := fmt.Sprintf("k%d", rng.IntN(80))
+			size := uint64(1 + rng.IntN(12<<10))
+			if rng.IntN(20) == 0 {
+				size = uint64(70<<10 + rng.IntN(40<<10)) // larger than any segment: striped
+			}
+			cfg := ReplicaConfig{ReplicaNum: 1 + rng.IntN(2), WithHardPin: rng.IntN(10) == 0, WithSoftPin: rng.IntN(10) == 0}
+			if _, err := leader.PutStart(client, key, size, cfg); err != nil {
+				break
+			}
+			if rng.IntN(4) == 0 {
+				inflight = append(inflight, client+"\x00"+key)
+			} else if err := leader.PutEnd(client, key); err != nil {
+				t.Fatalf("step %d: PutEnd(%q): %v", step, key, err)
+			}
+		case op < 58 && len(inflight) > 0:
+			i := rng.IntN(len(inflight))
+			ck := inflight[i]
+			inflight = slices.Delete(inflight, i, i+1)
+			c, k, _ := strings.Cut(ck, "\x00")
+			if rng.IntN(3) == 0 {
+				_ = leader.PutRevoke(c, k)
+			} else {
+				_ = leader.PutEnd(c, k)
+			}
+		case op < 70:
+			_ = leader.Remove(fmt.Sprintf("k%d", rng.IntN(80)), rng.IntN(2) == 0)
+		case op < 80:
+			_, _, _ = leader.GetReplicaList(fmt.Sprintf("k%d", rng.IntN(80)))
+		case op < 92:
+			clk.t = clk.t.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+			for _, c := range clients {
+				if rng.IntN(4) != 0 {
+					_, _ = leader.Ping(c)
+				}
+			}
+			leader.Tick()
+		case op < 94:
+			leader.RemoveAll(rng.IntN(2) == 0)
+		case op < 97:
+			// Snapshot: restore the dump into a fresh master.
+			m := newReplMaster(t, clk, nil, seed+uint64(step))
+			if err := m.Restore(leader.Dump()); err != nil {
+				t.Fatalf("step %d: Restore(Dump()): %v", step, err)
+			}
+			snaps = append(snaps, snap{m, len(rec.events)})
+		default:
+			leader.Tick()
+		}
+		for ; applied < len(rec.events); applied++ {
+			e := rec.events[applied]
+			if err := replay(follower, e); err != nil {
+				t.Fatalf("step %d: replay event %d %+v: %v", step, applied, e, err)
+			}
+			for _, s := range snaps {
+				if applied >= s.from {
+					if err := replay(s.m, e); err != nil {
+						t.Fatalf("step %d: replay event %d on snapshot from %d: %v", step, applied, s.from, err)
+					}
+				}
+			}
+		}
+		want := canonical(leader.Dump())
+		for i, m := range append([]*Master{follower}, func() []*Master {
+			var ms []*Master
+			for _, s := range snaps {
+				ms = append(ms, s.m)
+			}
+			return ms
+		}()...) {
+			got := canonical(m.Dump())
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("step %d: master %d (0 = follower, else snapshot) diverged:\n got %+v\nwant %+v", step, i, got, want)
+			}
+			st := m.Stats()
+			var allocated uint64
+			for _, s := range m.order {
+				allocated += s.alloc.Stats().Used
+			}
+			if allocated != committedBytes(want) || st.Used != allocated {
+				t.Fatalf("step %d: master %d allocators hold %d bytes (Stats.Used %d), committed objects %d", step, i, allocated, st.Used, committedBytes(want))
+			}
+		}
+	}
+}
+
+func TestObserverEvents(t *testing.T) {
+	clk := &replClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rec := &recorder{}
+	m := newReplMaster(t, clk, rec, 1)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(m.MountSegment(replSeg("a", 1<<20), "c"))
+	_, err := m.PutStart("c", "x", 100, ReplicaConfig{ReplicaNum: 1})
+	must(err)
+	_, err = m.PutStart("c", "y", 100, ReplicaConfig{ReplicaNum: 1})
+	must(err)
+	must(m.PutEnd("c", "x"))
+	must(m.PutEnd("c", "x")) // idempotent: no second event
+	must(m.PutRevoke("c", "y"))
+	must(m.Remove("x", true))
+	must(m.UnmountSegment("a", "c"))
+	var ops []string
+	for _, e := range rec.events {
+		ops = append(ops, e.op)
+	}
+	if want := []string{"mount", "commit", "remove", "unmount"}; !slices.Equal(ops, want) {
+		t.Fatalf("events %v, want %v", ops, want)
+	}
+	if c := rec.events[1].obj; c.Key != "x" || c.Size != 100 || c.Owner != "c" || len(c.Replicas) != 1 || c.Replicas[0].SegmentID != "a" {
+		t.Fatalf("commit event %+v", c)
+	}
+}
+
+func TestRestoreSemantics(t *testing.T) {
+	clk := &replClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	rec := &recorder{}
+	m := newReplMaster(t, clk, rec, 1)
+	if err := m.RestoreSegment(replSeg("a", 1<<20), "node"); err != nil {
+		t.Fatal(err)
+	}
+	obj := ObjectRecord{Key: "x", Size: 4096, Owner: "w", Replicas: []ReplicaRecord{{SegmentID: "a", Offset: 8192}}}
+	if err := m.RestoreObject(obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RestoreObject(obj); err != nil {
+		t.Fatalf("restoring the same object again: %v", err)
+	}
+	if len(rec.events) != 0 {
+		t.Fatalf("restoring reported %d events to the observer", len(rec.events))
+	}
+	tests := []struct {
+		name string
+		rec  ObjectRecord
+		want *store.Error
+	}{
+		{"overlap", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Offset: 8192 + 4000}}}, store.ErrNoAvailableHandle},
+		{"unknown segment", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "b"}}}, store.ErrSegmentNotFound},
+		{"other object under key", ObjectRecord{Key: "x", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a"}}}, store.ErrObjectAlreadyExists},
+		{"no replicas", ObjectRecord{Key: "y", Size: 100}, store.ErrInvalidParams},
+		{"short stripe", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Stripe: []PieceRecord{{SegmentID: "a", Size: 50}}}}}, store.ErrInvalidParams},
+		{"past the segment", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Offset: 1 << 20}}}, store.ErrNoAvailableHandle},
+	}
+	before := m.Stats()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := m.RestoreObject(tt.rec); !errors.Is(err, tt.want) {
+				t.Fatalf("RestoreObject: %v, want %v", err, tt.want.Code)
+			}
+			if after := m.Stats(); after.Used != before.Used || after.Objects != before.Objects {
+				t.Fatalf("a failed restore changed the master: %v -> %v", before, after)
+			}
+		})
+	}
+	// The restored object is readable, leased for DefaultLeaseTTL, and its
+	// writer's PutEnd stays idempotent.
+	rs, _, err := m.GetReplicaList("x")
+	if err != nil || len(rs) != 1 || rs[0].Addr != 1<<32+8192 || rs[0].Status != ReplicaComplete {
+		t.Fatalf("GetReplicaList(x) = %+v, %v", rs, err)
+	}
+	if err := m.PutEnd("w", "x"); err != nil {
+		t.Fatalf("PutEnd by the original writer: %v", err)
+	}
+	// The restored segment's client is alive.
+	if need, err := m.Ping("node"); err != nil || need {
+		t.Fatalf("Ping(node) = %v, %v; want known", need, err)
+	}
+	if err := m.Remove("x", false); !errors.Is(err, store.ErrObjectHasLease) {
+		t.Fatalf("Remove of a freshly restored object: %v, want OBJECT_HAS_LEASE", err)
+	}
+	clk.t = clk.t.Add(2 * time.Second)
+	if !m.RestoreRemove("x") || m.RestoreRemove("x") {
+		t.Fatal("RestoreRemove: want true once, then false")
+	}
+	if err := m.RestoreUnmount("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RestoreUnmount("a"); !errors.Is(err, store.ErrSegmentNotFound) {
+		t.Fatalf("second RestoreUnmount: %v", err)
+	}
+	if len(rec.events) != 0 {
+		t.Fatalf("restoring reported %d events to the observer", len(rec.events))
+	}
+}
