@@ -3,10 +3,12 @@
 #
 #   lib       build/libmooncake.so (c-shared; only mc_* exported, soname libmooncake.so)
 #   venv      .venv with requirements-dev.txt (redone only when that file changes)
-#   test-abi  lib + venv, then the Go purego/C tests (abi/abitest; without -race,
-#             which would add nothing: the library itself is never race-built,
-#             though `go test -race ./abi/...` passes too) and the Python ctypes
-#             tests (abi/python/tests, against a `mooncake master` from bin/mooncake)
+#   test-abi  lib + venv, then the Go purego/C tests of the transfer-engine and
+#             store ABIs and of the headers (abi/abitest; without -race, which
+#             would add nothing: the library itself is never race-built, though
+#             `go test -race ./abi/...` passes too) and the Python tests
+#             (abi/python/tests: ctypes, and the mooncake_go loader and Store,
+#             against a `mooncake master` and a `mooncake node` from bin/mooncake)
 
 # Whatever includes this file keeps its own default goal.
 abi_saved_default_goal := $(.DEFAULT_GOAL)
@@ -35,7 +37,8 @@ $(VENV)/.requirements-dev.stamp: requirements-dev.txt
 test-abi: lib venv
 	$(GO) build -o bin/mooncake ./core/cmd/mooncake
 	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) $(GO) test -count=1 ./abi/abitest
-	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) \
+		MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
 		$(VENV)/bin/python -m pytest -q abi/python/tests
 
 # Restore the includer's default goal (none yet: the includer's next target

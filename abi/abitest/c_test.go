@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -65,9 +66,54 @@ func TestCXXHeaders(t *testing.T) {
 	buildAndRun(t, "g++", []string{"-std=c++11"}, "header.cc")
 }
 
-// TestExportedSymbols checks the dynamic symbol table holds the mc_*
-// functions of the headers and nothing else (the version script), and the
-// soname.
+// TestCHeaders compiles every header as C11 (drafts included) and runs
+// the store smoke program against a master in this process: setup,
+// registration, copying and zero-copy puts and gets, batches and error
+// paths from plain C.
+func TestCHeaders(t *testing.T) {
+	m := startMaster(t)
+	out := buildAndRun(t, "gcc", []string{"-std=c11"}, "store_smoke.c", m.MetadataURL, m.RPCAddr)
+	if !strings.Contains(out, "store_smoke: ok") {
+		t.Fatalf("output: %s", out)
+	}
+}
+
+// declRE matches a function declaration's first line in a header.
+var declRE = regexp.MustCompile(`(?m)^(?:const\s+)?\w+\*?\s+\**(mc_\w+)\(`)
+
+// headerFuncs returns the functions each header declares, and whether the
+// header is a draft (ABI major 0: declared, not implemented).
+func headerFuncs(t *testing.T) (funcs map[string][]string, draft map[string]bool) {
+	t.Helper()
+	funcs, draft = map[string][]string{}, map[string]bool{}
+	for _, hdr := range headers {
+		src, err := os.ReadFile(filepath.Join(repoRoot(), "abi", "include", "mooncake", hdr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range declRE.FindAllStringSubmatch(string(src), -1) {
+			funcs[hdr] = append(funcs[hdr], m[1])
+		}
+		if len(funcs[hdr]) == 0 {
+			t.Fatalf("%s declares no mc_ function", hdr)
+		}
+		consts := map[string]int64{}
+		if err := readDefines(filepath.Join(repoRoot(), "abi", "include", "mooncake", hdr), consts); err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range consts {
+			if strings.HasSuffix(name, "_ABI_VERSION_MAJOR") && v == 0 {
+				draft[hdr] = true
+			}
+		}
+	}
+	return funcs, draft
+}
+
+// TestExportedSymbols checks the dynamic symbol table against the headers:
+// every function of a header that is not a draft is exported, no function
+// of a draft header is (not even a stub), nothing else is (the version
+// script), and the soname.
 func TestExportedSymbols(t *testing.T) {
 	lib := libFile(t)
 	nm, err := exec.LookPath("nm")
@@ -90,14 +136,32 @@ func TestExportedSymbols(t *testing.T) {
 		}
 		got[name] = true
 	}
-	for _, want := range []string{
-		"mc_abi_version", "mc_last_error", "mc_te_abi_version", "mc_te_create", "mc_te_destroy",
-		"mc_te_install_transport", "mc_te_register_local_memory", "mc_te_unregister_local_memory",
-		"mc_te_open_segment", "mc_te_close_segment", "mc_te_allocate_batch", "mc_te_submit",
-		"mc_te_get_status", "mc_te_free_batch",
-	} {
+	funcs, draft := headerFuncs(t)
+	declared := map[string]bool{}
+	for _, hdr := range headers {
+		for _, fn := range funcs[hdr] {
+			declared[fn] = true
+			switch {
+			case draft[hdr] && got[fn]:
+				t.Errorf("%s is exported, but %s is a draft (ABI major 0)", fn, hdr)
+			case !draft[hdr] && !got[fn]:
+				t.Errorf("%s (%s) is not exported", fn, hdr)
+			}
+		}
+	}
+	for name := range got {
+		if !declared[name] {
+			t.Errorf("%s is exported but no header declares it", name)
+		}
+	}
+	for _, want := range []string{"mc_abi_version", "mc_last_error", "mc_buf_free", "mc_te_create", "mc_store_setup"} {
 		if !got[want] {
 			t.Errorf("%s is not exported", want)
+		}
+	}
+	for _, hdr := range []string{"vllm.h", "sglang.h", "lmcache.h", "nixl.h", "trtllm.h"} {
+		if !draft[hdr] {
+			t.Logf("%s is no longer a draft", hdr)
 		}
 	}
 	if re, err := exec.LookPath("readelf"); err == nil {
@@ -107,6 +171,61 @@ func TestExportedSymbols(t *testing.T) {
 		}
 		if !strings.Contains(string(out), "Library soname: [libmooncake.so]") {
 			t.Errorf("soname is not libmooncake.so:\n%s", out)
+		}
+	}
+}
+
+// TestHeaderCodes checks the status codes of all headers: distinct values,
+// each in the range common.h gives its header.
+func TestHeaderCodes(t *testing.T) {
+	ranges := map[string][2]int64{ // prefix -> [lo, hi]
+		"MC_VLLM_ERR_":    {-3099, -3000},
+		"MC_SGLANG_ERR_":  {-3199, -3100},
+		"MC_LMCACHE_ERR_": {-3299, -3200},
+		"MC_NIXL_ERR_":    {-3399, -3300},
+		"MC_TRTLLM_ERR_":  {-3499, -3400},
+	}
+	// Upstream store values that no TE code has (store.h, common.h).
+	upstreamStore := map[int64]bool{-10: true, -400: true, -500: true, -600: true, -601: true, -700: true,
+		-701: true, -702: true, -703: true, -704: true, -705: true, -706: true, -707: true, -800: true,
+		-900: true, -901: true}
+	seen := map[int64]string{}
+	for _, hdr := range headers {
+		consts := map[string]int64{}
+		if err := readDefines(filepath.Join(repoRoot(), "abi", "include", "mooncake", hdr), consts); err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range consts {
+			if !strings.Contains(name, "_ERR_") {
+				continue
+			}
+			if other, dup := seen[v]; dup {
+				t.Errorf("%s (%s) and %s both have value %d", name, hdr, other, v)
+			}
+			seen[v] = name
+			switch {
+			case strings.HasPrefix(name, "MC_STORE_ERR_"):
+				if !upstreamStore[v] && (v < -1999 || v > -1100) {
+					t.Errorf("%s = %d: neither an upstream store value nor in -1999..-1100", name, v)
+				}
+			case strings.HasPrefix(name, "MC_ERR_"):
+				if v > -1 || v < -1099 {
+					t.Errorf("%s = %d: outside common.h's -1099..-1", name, v)
+				}
+			default:
+				matched := false
+				for prefix, r := range ranges {
+					if strings.HasPrefix(name, prefix) {
+						matched = true
+						if v < r[0] || v > r[1] {
+							t.Errorf("%s = %d: outside %d..%d", name, v, r[0], r[1])
+						}
+					}
+				}
+				if !matched {
+					t.Errorf("%s (%s): no range for its prefix", name, hdr)
+				}
+			}
 		}
 	}
 }

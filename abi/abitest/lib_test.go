@@ -53,6 +53,26 @@ type lib struct {
 	getStatus    func(e uintptr, batch uint64, task uintptr, out *status) int32
 	freeBatch    func(e uintptr, batch uint64) int32
 
+	// store.h. Key strings are *byte (NULL-able); arrays of addresses and
+	// sizes are []uintptr passed by their first element (they hold no Go
+	// pointers: key strings of a batch live off the Go heap, see cstrings).
+	storeABIVersion   func() uint32
+	storeSetup        func(host, meta *byte, global, local uint64, proto, dev, master *byte, out *uintptr) int32
+	storeDestroy      func(s uintptr) int32
+	storeHostname     func(s uintptr, buf *byte, capacity uintptr, outLen *uintptr) int32
+	storeRegister     func(s, ptr, size uintptr) int32
+	storeUnregister   func(s, ptr uintptr) int32
+	storePut          func(s uintptr, key *byte, value, size uintptr) int32
+	storeGet          func(s uintptr, key *byte, buf, capacity uintptr, outSize *uintptr) int32
+	storePutFrom      func(s uintptr, key *byte, ptr, size uintptr) int32
+	storeGetInto      func(s uintptr, key *byte, ptr, size uintptr, outRead *int64) int32
+	storeBatchPutFrom func(s uintptr, keys, ptrs, sizes *uintptr, n uintptr, out *int32) int32
+	storeBatchGetInto func(s uintptr, keys, ptrs, sizes *uintptr, n uintptr, out *int64) int32
+	storeIsExist      func(s uintptr, key *byte) int32
+	storeBatchIsExist func(s uintptr, keys *uintptr, n uintptr, out *int32) int32
+	storeRemove       func(s uintptr, key *byte, force int32) int32
+	storeGetSize      func(s uintptr, key *byte, out *uint64) int32
+
 	// consts are the integer #defines of common.h and transfer_engine.h.
 	consts map[string]int64
 }
@@ -111,6 +131,22 @@ func open(path string) (*lib, error) {
 		"mc_te_submit":                  &l.submit,
 		"mc_te_get_status":              &l.getStatus,
 		"mc_te_free_batch":              &l.freeBatch,
+		"mc_store_abi_version":          &l.storeABIVersion,
+		"mc_store_setup":                &l.storeSetup,
+		"mc_store_destroy":              &l.storeDestroy,
+		"mc_store_get_hostname":         &l.storeHostname,
+		"mc_store_register_buffer":      &l.storeRegister,
+		"mc_store_unregister_buffer":    &l.storeUnregister,
+		"mc_store_put":                  &l.storePut,
+		"mc_store_get":                  &l.storeGet,
+		"mc_store_put_from":             &l.storePutFrom,
+		"mc_store_get_into":             &l.storeGetInto,
+		"mc_store_batch_put_from":       &l.storeBatchPutFrom,
+		"mc_store_batch_get_into":       &l.storeBatchGetInto,
+		"mc_store_is_exist":             &l.storeIsExist,
+		"mc_store_batch_is_exist":       &l.storeBatchIsExist,
+		"mc_store_remove":               &l.storeRemove,
+		"mc_store_get_size":             &l.storeGetSize,
 	} {
 		sym, err := purego.Dlsym(h, name)
 		if err != nil {
@@ -119,13 +155,17 @@ func open(path string) (*lib, error) {
 		purego.RegisterFunc(fp, sym)
 	}
 	l.consts = map[string]int64{}
-	for _, hdr := range []string{"common.h", "transfer_engine.h"} {
+	for _, hdr := range headers {
 		if err := readDefines(filepath.Join(repoRoot(), "abi", "include", "mooncake", hdr), l.consts); err != nil {
 			return nil, err
 		}
 	}
 	return l, nil
 }
+
+// headers are the headers of abi/include/mooncake; the tests read their
+// constants and their function declarations.
+var headers = []string{"common.h", "transfer_engine.h", "store.h", "vllm.h", "sglang.h", "lmcache.h", "nixl.h", "trtllm.h"}
 
 var defineRE = regexp.MustCompile(`^#define\s+(MC_\w+)\s+\(?(-?\d+)\)?\s*(/\*.*)?$`)
 
@@ -192,7 +232,8 @@ func (l *lib) expect(t *testing.T, what string, got int32, want string) string {
 
 func TestHeadersParsed(t *testing.T) {
 	l := load(t)
-	for _, name := range []string{"MC_OK", "MC_ERR_INVALID_ARGUMENT", "MC_ERR_INTERNAL", "MC_TE_STATUS_COMPLETED", "MC_TE_STATUS_FAILED"} {
+	for _, name := range []string{"MC_OK", "MC_ERR_INVALID_ARGUMENT", "MC_ERR_INTERNAL", "MC_TE_STATUS_COMPLETED", "MC_TE_STATUS_FAILED",
+		"MC_STORE_ERR_OBJECT_NOT_FOUND", "MC_STORE_MAX_KEY_LEN", "MC_VLLM_ABI_VERSION_MAJOR", "MC_TRTLLM_STATE_FAILURE"} {
 		l.c(t, name)
 	}
 }

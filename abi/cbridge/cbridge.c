@@ -1,4 +1,4 @@
-// Per-thread last error and the version functions of common.h.
+// Per-thread last error, the version function and mc_buf_free of common.h.
 //
 // The last-error text lives in C thread-local storage, not in Go: Go code
 // runs on goroutines that are not tied to OS threads, but while C calls an
@@ -9,6 +9,7 @@
 // dlopen (ctypes, purego), where static TLS space is scarce; dynamic TLS is
 // allocated per thread on first use and freed when the thread exits.
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "mooncake/common.h"
@@ -39,3 +40,12 @@ void mcgo_clear_error(void) { mcgo_err_buf[0] = '\0'; }
 const char* mc_last_error(void) { return mcgo_err_buf; }
 
 uint32_t mc_abi_version(void) { return MC_ABI_VERSION; }
+
+void mc_buf_free(mc_buf_t* buf) {
+  if (buf == NULL) {
+    return;
+  }
+  free(buf->data);
+  buf->data = NULL;
+  buf->len = 0;
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -44,6 +45,18 @@ func TestCodeOf(t *testing.T) {
 		{wrap(&net.OpError{Op: "listen", Err: syscall.EADDRINUSE}), Socket},
 		{wrap(syscall.ENOMEM), Memory},
 		{errors.New("something else"), Internal},
+		// Pool errors: upstream's store value, or its replacement.
+		{wrap(store.Errorf(store.ObjectNotFound, "key %q", "k")), StoreObjectNotFound},
+		{wrap(store.ErrLeaseExpired), StoreLeaseExpired},
+		{store.ErrBufferOverflow, StoreBufferOverflow},
+		{store.ErrInvalidKey, StoreInvalidKey},
+		{store.ErrRPCFail, StoreRPCFail},
+		{store.ErrInternal, Internal},
+		{store.ErrSegmentNotFound, StoreSegmentNotFound},
+		{store.ErrNoAvailableHandle, StoreNoAvailableHandle},
+		{&store.Error{Code: store.NotSupported}, Unsupported},
+		{&store.Error{Code: store.UnavailableInCurrentMode}, Unsupported},
+		{&store.Error{Code: -12345}, Internal},
 	} {
 		if got := CodeOf(c.err); got != c.want {
 			t.Errorf("CodeOf(%v) = %d, want %d", c.err, got, c.want)
@@ -65,8 +78,49 @@ func TestCodesMirrorUpstream(t *testing.T) {
 			t.Errorf("code %d, want %d", c, want)
 		}
 	}
-	if ABIVersion != 1<<16 {
-		t.Errorf("ABIVersion = %#x, want 1.0", ABIVersion)
+	// Store codes: upstream's ErrorCode values (store.h), except those a
+	// common code has.
+	for c, want := range map[Code]int32{
+		StoreBufferOverflow: -10, StoreInvalidKey: -400, StoreWriteFail: -500, StoreInvalidParams: -600,
+		StoreIllegalClient: -601, StoreInvalidWrite: -700, StoreInvalidRead: -701, StoreInvalidReplica: -702,
+		StoreReplicaIsNotReady: -703, StoreObjectNotFound: -704, StoreObjectAlreadyExists: -705,
+		StoreObjectHasLease: -706, StoreLeaseExpired: -707, StoreTransferFail: -800, StoreRPCFail: -900,
+		StoreRPCTimeout: -901, StoreSegmentNotFound: -1101, StoreSegmentAlreadyExists: -1102,
+		StoreClientNotFound: -1103, StoreNoAvailableHandle: -1200,
+	} {
+		if int32(c) != want {
+			t.Errorf("store code %d, want %d", c, want)
+		}
+	}
+	// Every upstream store code maps to itself or to its replacement, and
+	// no store code collides with a common one.
+	common := map[Code]bool{}
+	for _, c := range []Code{InvalidArgument, TooManyRequests, AddressNotRegistered, BatchBusy, DeviceNotFound,
+		AddressOverlapped, DNS, Socket, MalformedJSON, RejectHandshake, Metadata, Endpoint, Context, NUMA, Clock,
+		Memory, Unsupported, Internal, InvalidHandle, NotFound, Closed, Timeout} {
+		common[c] = true
+	}
+	for sc := range storeValues {
+		if common[sc] {
+			t.Errorf("store code %d collides with a common code", sc)
+		}
+	}
+	for _, up := range []store.ErrorCode{store.InternalError, store.BufferOverflow, store.SegmentNotFound,
+		store.SegmentAlreadyExists, store.ClientNotFound, store.NoAvailableHandle, store.InvalidKey, store.WriteFail,
+		store.InvalidParams, store.IllegalClient, store.InvalidWrite, store.InvalidRead, store.InvalidReplica,
+		store.ReplicaIsNotReady, store.ObjectNotFound, store.ObjectAlreadyExists, store.ObjectHasLease,
+		store.LeaseExpired, store.TransferFail, store.RPCFail, store.RPCTimeout, store.UnavailableInCurrentMode,
+		store.NotSupported} {
+		got := CodeOf(&store.Error{Code: up})
+		if _, replaced := storeCodes[up]; !replaced && int32(got) != int32(up) {
+			t.Errorf("%s (%d) maps to %d, want its own value", up, int32(up), got)
+		}
+		if got == Internal && up != store.InternalError {
+			t.Errorf("%s maps to Internal", up)
+		}
+	}
+	if ABIVersion != 1<<16|1 {
+		t.Errorf("ABIVersion = %#x, want 1.1", ABIVersion)
 	}
 }
 

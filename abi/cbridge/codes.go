@@ -3,6 +3,7 @@ package cbridge
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
 #include "mooncake/common.h"
+#include "mooncake/store.h"
 */
 import "C"
 
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -47,6 +49,70 @@ const (
 	Timeout              Code = C.MC_ERR_TIMEOUT
 )
 
+// Store codes, as store.h: upstream Mooncake Store's ErrorCode values,
+// except the ones a common.h code already has (see storeCode).
+const (
+	StoreBufferOverflow       Code = C.MC_STORE_ERR_BUFFER_OVERFLOW
+	StoreInvalidKey           Code = C.MC_STORE_ERR_INVALID_KEY
+	StoreWriteFail            Code = C.MC_STORE_ERR_WRITE_FAIL
+	StoreInvalidParams        Code = C.MC_STORE_ERR_INVALID_PARAMS
+	StoreIllegalClient        Code = C.MC_STORE_ERR_ILLEGAL_CLIENT
+	StoreInvalidWrite         Code = C.MC_STORE_ERR_INVALID_WRITE
+	StoreInvalidRead          Code = C.MC_STORE_ERR_INVALID_READ
+	StoreInvalidReplica       Code = C.MC_STORE_ERR_INVALID_REPLICA
+	StoreReplicaIsNotReady    Code = C.MC_STORE_ERR_REPLICA_IS_NOT_READY
+	StoreObjectNotFound       Code = C.MC_STORE_ERR_OBJECT_NOT_FOUND
+	StoreObjectAlreadyExists  Code = C.MC_STORE_ERR_OBJECT_ALREADY_EXISTS
+	StoreObjectHasLease       Code = C.MC_STORE_ERR_OBJECT_HAS_LEASE
+	StoreLeaseExpired         Code = C.MC_STORE_ERR_LEASE_EXPIRED
+	StoreTransferFail         Code = C.MC_STORE_ERR_TRANSFER_FAIL
+	StoreRPCFail              Code = C.MC_STORE_ERR_RPC_FAIL
+	StoreRPCTimeout           Code = C.MC_STORE_ERR_RPC_TIMEOUT
+	StoreSegmentNotFound      Code = C.MC_STORE_ERR_SEGMENT_NOT_FOUND
+	StoreSegmentAlreadyExists Code = C.MC_STORE_ERR_SEGMENT_ALREADY_EXISTS
+	StoreClientNotFound       Code = C.MC_STORE_ERR_CLIENT_NOT_FOUND
+	StoreNoAvailableHandle    Code = C.MC_STORE_ERR_NO_AVAILABLE_HANDLE
+)
+
+// storeCodes maps the upstream store codes whose value differs here (store.h):
+// the ones a common.h code already has. Any other code of package store is
+// returned as its own value.
+var storeCodes = map[store.ErrorCode]Code{
+	store.InternalError:            Internal,
+	store.SegmentNotFound:          StoreSegmentNotFound,
+	store.SegmentAlreadyExists:     StoreSegmentAlreadyExists,
+	store.ClientNotFound:           StoreClientNotFound,
+	store.NoAvailableHandle:        StoreNoAvailableHandle,
+	store.UnavailableInCurrentMode: Unsupported,
+	store.NotSupported:             Unsupported,
+}
+
+// storeValues are the codes of store.h returned as upstream's own value.
+var storeValues = map[Code]bool{
+	StoreBufferOverflow: true, StoreInvalidKey: true, StoreWriteFail: true, StoreInvalidParams: true,
+	StoreIllegalClient: true, StoreInvalidWrite: true, StoreInvalidRead: true, StoreInvalidReplica: true,
+	StoreReplicaIsNotReady: true, StoreObjectNotFound: true, StoreObjectAlreadyExists: true,
+	StoreObjectHasLease: true, StoreLeaseExpired: true, StoreTransferFail: true, StoreRPCFail: true,
+	StoreRPCTimeout: true,
+}
+
+// storeCode is the code of a pool error (*store.Error in err's chain), as
+// store.h: upstream's value, or its replacement from storeCodes. A code
+// store.h does not know is Internal.
+func storeCode(err error) (Code, bool) {
+	e, ok := errors.AsType[*store.Error](err)
+	if !ok {
+		return 0, false
+	}
+	if c, ok := storeCodes[e.Code]; ok {
+		return c, true
+	}
+	if c := Code(e.Code); storeValues[c] {
+		return c, true
+	}
+	return Internal, true
+}
+
 // ABIVersion is MC_ABI_VERSION of common.h ((major << 16) | minor).
 const ABIVersion uint32 = C.MC_ABI_VERSION_MAJOR<<16 | C.MC_ABI_VERSION_MINOR
 
@@ -69,14 +135,17 @@ var (
 // wins, so more specific errors come first. It is the only place where the
 // mapping is decided.
 var codeTable = []struct {
-	is   error            // matched with errors.Is, or
-	as   func(error) bool // matched by type
+	is   error                    // matched with errors.Is, or
+	as   func(error) bool         // matched by type, or
+	conv func(error) (Code, bool) // matched and converted
 	code Code
 }{
 	// The ABI layer's own sentinels.
 	{is: ErrInvalidArgument, code: InvalidArgument},
 	{is: ErrInvalidHandle, code: InvalidHandle},
 	{is: ErrInternal, code: Internal},
+	// Pool errors (core/store) carry upstream's store code (store.h).
+	{conv: storeCode},
 	// Transfer engine sentinels (core/transfer), as upstream's codes.
 	{is: transfer.ErrInvalidBatch, code: InvalidHandle},
 	{is: transfer.ErrInvalidArgument, code: InvalidArgument},
@@ -124,6 +193,11 @@ func CodeOf(err error) Code {
 		}
 		if e.as != nil && e.as(err) {
 			return e.code
+		}
+		if e.conv != nil {
+			if c, ok := e.conv(err); ok {
+				return c
+			}
 		}
 	}
 	return Internal

@@ -1,8 +1,10 @@
 // Package cbridge is what every C ABI of libmooncake.so shares: the handle
 // table, the mapping from Go errors to MC_ status codes (one table), the
 // per-thread last-error text behind mc_last_error, the panic guard, and
-// pointer/length validation. It also implements mc_last_error and
-// mc_abi_version (in C) from abi/include/mooncake/common.h.
+// pointer/length validation. It also implements mc_last_error,
+// mc_abi_version and mc_buf_free (in C) from abi/include/mooncake/common.h,
+// and the one mapping of upstream store error codes into the codes of
+// store.h (codes.go).
 //
 // How an export uses it (see abi/engine):
 //

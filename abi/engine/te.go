@@ -66,7 +66,7 @@ func newEngine(connString, name, host string, port uint64) (*teEngine, error) {
 	defer cancel()
 	e, err := transfer.New(ctx, transfer.Config{
 		Name:      name,
-		Metadata:  metaStore{client},
+		Metadata:  cbridge.MetaStore{Inner: client},
 		Transport: tcp.New(cfg),
 	})
 	if err != nil {

@@ -12,8 +12,9 @@
 package main
 
 import (
-	_ "github.com/mooncake-go/mooncake/abi/cbridge" // mc_last_error, mc_abi_version
+	_ "github.com/mooncake-go/mooncake/abi/cbridge" // mc_last_error, mc_abi_version, mc_buf_free
 	_ "github.com/mooncake-go/mooncake/abi/engine"  // mc_te_*
+	_ "github.com/mooncake-go/mooncake/abi/store"   // mc_store_*
 )
 
 func main() {}

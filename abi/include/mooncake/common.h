@@ -25,7 +25,11 @@
  *
  * Versioning: mc_abi_version() returns (major << 16) | minor of this header;
  * additions bump the minor, any other change bumps the major. Each adapter
- * header has its own *_abi_version().
+ * header has its own *_abi_version(). A header whose major is 0 is a draft:
+ * declared, not implemented, and free to change (see the header).
+ *
+ * History: 1.0 codes, mc_last_error, mc_abi_version; 1.1 mc_buf_t and
+ * mc_buf_free.
  */
 #ifndef MOONCAKE_COMMON_H
 #define MOONCAKE_COMMON_H
@@ -38,14 +42,17 @@ extern "C" {
 #endif
 
 #define MC_ABI_VERSION_MAJOR 1
-#define MC_ABI_VERSION_MINOR 0
+#define MC_ABI_VERSION_MINOR 1
 #define MC_ABI_VERSION ((uint32_t)((MC_ABI_VERSION_MAJOR << 16) | MC_ABI_VERSION_MINOR))
 
 /*
- * Status codes. -1 .. -999 mirror upstream Mooncake Transfer Engine's
- * include/error.h value for value, so code written against upstream's
- * transfer_engine_c.h can keep its checks. -1000 and below are mooncake-go's
- * own. Adapters add codes only in ranges this header reserves for them.
+ * Status codes. -1 .. -999 are upstream Mooncake's values: the MC_ERR_ codes
+ * below mirror the Transfer Engine's include/error.h value for value, so
+ * code written against upstream's transfer_engine_c.h can keep its checks;
+ * mc_store_ functions also return upstream Mooncake Store's ErrorCode values
+ * that the Transfer Engine does not use (-10, -400 .. -901; see store.h).
+ * -1000 and below are mooncake-go's own. Adapters add codes only in ranges
+ * this header reserves for them.
  */
 #define MC_OK 0
 
@@ -75,7 +82,34 @@ extern "C" {
 #define MC_ERR_CLOSED (-1003)               /* the object is shutting down or was destroyed meanwhile */
 #define MC_ERR_TIMEOUT (-1004)              /* the call gave up waiting (metadata service, peer) */
 
-/* Reserved for adapters: mc_store_ -1100 .. -1999; others allocate above -3000. */
+/*
+ * Reserved for adapters (each header defines its codes in its range):
+ *   mc_store_   -1100 .. -1999  (store codes whose upstream value a TE code already has)
+ *   mc_vllm_    -3000 .. -3099
+ *   mc_sglang_  -3100 .. -3199
+ *   mc_lmcache_ -3200 .. -3299
+ *   mc_nixl_    -3300 .. -3399
+ *   mc_trtllm_  -3400 .. -3499
+ * Below -3499: unallocated.
+ */
+
+/*
+ * A byte buffer the library allocated and hands over to the caller (a
+ * function that fills one says so). data is NULL when len is 0. The caller
+ * owns it and releases it with mc_buf_free; the bytes need not be text and
+ * are not NUL-terminated unless the function says so.
+ */
+typedef struct mc_buf {
+  void* data;
+  size_t len;
+} mc_buf_t;
+
+/*
+ * mc_buf_free frees buf->data and sets buf to {NULL, 0}; NULL buf, or a buf
+ * already freed, is a no-op. Only for buffers filled by mc_ functions.
+ * Returns nothing and leaves mc_last_error() unchanged.
+ */
+void mc_buf_free(mc_buf_t* buf);
 
 /*
  * mc_last_error returns the text of the last status this thread got from an

@@ -3,6 +3,9 @@
 libmooncake.so is $MC_LIBMOONCAKE or build/libmooncake.so; the metadata
 server is `mooncake master` from $MC_MOONCAKE_BIN or bin/mooncake. Both are
 built by `make test-abi`; without them the tests skip and say how to build.
+The mooncake_go package (abi/python) is importable from the tests, and its
+loader is pointed at the same library ($MOONCAKE_GO_LIB), here and in the
+child processes the tests start.
 """
 
 import json
@@ -10,14 +13,30 @@ import os
 import queue
 import socket
 import subprocess
+import sys
 import threading
 import time
+import types
 import urllib.error
 import urllib.request
 
 import pytest
 
 import mc_te
+
+PYTHON_DIR = str(mc_te.REPO / "abi" / "python")
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
+os.environ.setdefault("MOONCAKE_GO_LIB", mc_te.library_path())
+
+
+def child_env(**extra):
+    """Environment for a child Python process: mooncake_go importable, the
+    loader pointed at the tests' library unless extra says otherwise."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHON_DIR, env.get("PYTHONPATH")) if p)
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
 
 
 def free_port():
@@ -43,15 +62,22 @@ def mooncake_bin():
 
 
 @pytest.fixture(scope="session")
-def master(mooncake_bin, tmp_path_factory):
-    """A `mooncake master` on free loopback ports; yields its metadata URL."""
-    meta_port = free_port()
+def master(master_info):
+    """The metadata URL of the session's `mooncake master`."""
+    return master_info.url
+
+
+@pytest.fixture(scope="session")
+def master_info(mooncake_bin, tmp_path_factory):
+    """A `mooncake master` on free loopback ports; yields its metadata URL
+    (.url) and RPC address (.rpc)."""
+    meta_port, rpc_port = free_port(), free_port()
     log = tmp_path_factory.mktemp("master") / "master.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
                 mooncake_bin, "master",
-                "--rpc_address", "127.0.0.1", "--rpc_port", str(free_port()),
+                "--rpc_address", "127.0.0.1", "--rpc_port", str(rpc_port),
                 "--metrics_port", "0",
                 "--http_metadata_server_host", "127.0.0.1",
                 "--http_metadata_server_port", str(meta_port),
@@ -73,14 +99,49 @@ def master(mooncake_bin, tmp_path_factory):
                 if time.monotonic() > deadline:
                     pytest.fail(f"mooncake master not serving {url} after 30 s: {log.read_text()}")
                 time.sleep(0.05)
-        yield url
+        yield types.SimpleNamespace(url=url, rpc=f"127.0.0.1:{rpc_port}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
+
+
+def stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def pool(mooncake_bin, master_info, tmp_path_factory):
+    """The session's master plus a `mooncake node` contributing 64 MiB as
+    segment node1; yields the master's .url and .rpc once the node is
+    mounted (it says so on stderr)."""
+    log = tmp_path_factory.mktemp("node") / "node.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                mooncake_bin, "node",
+                "--master", master_info.rpc,
+                "--metadata_server", master_info.url,
+                "--segment-size", "64MiB",
+                "--bind", "127.0.0.1:0",
+                "--local_hostname", "node1",
+            ],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "contributes" not in log.read_text():
+            if proc.poll() is not None:
+                pytest.fail(f"mooncake node exited with {proc.returncode}: {log.read_text()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"mooncake node not mounted after 30 s: {log.read_text()}")
+            time.sleep(0.05)
+        yield master_info
+    finally:
+        stop(proc)
 
 
 class Peer:

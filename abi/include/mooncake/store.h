@@ -1,0 +1,292 @@
+/*
+ * mooncake/store.h - C ABI of the mooncake-go KV-cache pool client (symbol
+ * prefix mc_store_), in libmooncake.so.
+ *
+ * It mirrors upstream Mooncake's store client (MooncakeDistributedStore and
+ * store_c.h): set a client up against a master, optionally contribute DRAM
+ * to the pool, then put and get values by key, either copying (mc_store_put,
+ * mc_store_get) or zero copy between the pool and memory registered with
+ * mc_store_register_buffer (mc_store_put_from, mc_store_get_into and their
+ * batch forms).
+ *
+ * Typical sequence:
+ *
+ *     mc_store_t* s;
+ *     mc_store_setup("10.0.0.2", "http://10.0.0.1:8080/metadata",
+ *                    0, 16 << 20, "tcp", "", "10.0.0.1:50051", &s);
+ *     mc_store_register_buffer(s, buf, len);
+ *     mc_store_batch_put_from(s, keys, ptrs, sizes, n, codes);
+ *     mc_store_batch_is_exist(s, keys, n, present);
+ *     mc_store_batch_get_into(s, keys, ptrs, sizes, n, results);
+ *     mc_store_unregister_buffer(s, buf);
+ *     mc_store_destroy(s);
+ *
+ * Conventions are those of common.h (status codes, mc_last_error, threads,
+ * string ownership), with two additions stated where they apply:
+ *
+ *  - mc_store_is_exist returns 1 or 0 (found or not) instead of MC_OK.
+ *  - The batch functions return MC_OK when the batch was carried out,
+ *    whatever each key's outcome; the per-key outcome is in the caller's
+ *    out array, and mc_last_error() then says how many keys failed and why
+ *    the first one did ("" when none failed). They return an error (and
+ *    write nothing) only when the call itself is unusable: unknown handle,
+ *    NULL arrays with n > 0, an array running past the end of the address
+ *    space.
+ *
+ * Keys are NUL-terminated byte strings of 1 to MC_STORE_MAX_KEY_LEN bytes
+ * (not including the NUL); NULL or "" is MC_ERR_INVALID_ARGUMENT, a longer
+ * key MC_STORE_ERR_INVALID_KEY. Keys and values are never retained. Values
+ * are 1 byte or more (a zero-length value is MC_ERR_INVALID_ARGUMENT, as
+ * upstream rejects zero-length puts). A key, once stored, keeps its value:
+ * putting an existing key succeeds and changes nothing (upstream's
+ * OBJECT_ALREADY_EXISTS is a no-op success); remove it first to replace it.
+ *
+ * Memory: the zero-copy functions require every [ptr, ptr+size) to lie
+ * inside one buffer registered on the same handle with
+ * mc_store_register_buffer (else MC_ERR_ADDRESS_NOT_REGISTERED, with no
+ * transfer attempted). Registered memory stays the caller's: the client
+ * reads and writes it only during the calls that name it, and it must stay
+ * mapped until mc_store_unregister_buffer returns and no call using it is in
+ * flight. The copying functions accept any readable (put) or writable (get)
+ * memory, read or written during the call only.
+ */
+#ifndef MOONCAKE_STORE_H
+#define MOONCAKE_STORE_H
+
+#include "mooncake/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MC_STORE_ABI_VERSION_MAJOR 1
+#define MC_STORE_ABI_VERSION_MINOR 0
+#define MC_STORE_ABI_VERSION ((uint32_t)((MC_STORE_ABI_VERSION_MAJOR << 16) | MC_STORE_ABI_VERSION_MINOR))
+
+/* Longest key accepted, in bytes (the master's limit). */
+#define MC_STORE_MAX_KEY_LEN 4096
+
+/*
+ * Store error codes. mc_store_ functions return upstream Mooncake Store's
+ * ErrorCode values (mooncake-store/include/types.h) unchanged, so what an
+ * adapter logs ("error_codes=[-704]") and the checks upstream integrations
+ * make (-704 missing, -705 exists, -200-style back-pressure) read the same,
+ * EXCEPT where upstream's value is already taken by a common.h code:
+ *
+ *   upstream                       here
+ *   INTERNAL_ERROR          (-1)   MC_ERR_INTERNAL      (-1000)
+ *   SEGMENT_NOT_FOUND     (-101)   MC_STORE_ERR_SEGMENT_NOT_FOUND      (-1101)
+ *   SEGMENT_ALREADY_EXISTS(-102)   MC_STORE_ERR_SEGMENT_ALREADY_EXISTS (-1102)
+ *   CLIENT_NOT_FOUND      (-103)   MC_STORE_ERR_CLIENT_NOT_FOUND       (-1103)
+ *   NO_AVAILABLE_HANDLE   (-200)   MC_STORE_ERR_NO_AVAILABLE_HANDLE    (-1200)
+ *   UNAVAILABLE_IN_CURRENT_MODE (-1011), NOT_SUPPORTED (-1012)
+ *                                  MC_ERR_UNSUPPORTED   (-303)
+ *
+ * (-1101 .. -1200 are -1000 plus upstream's value, in the range common.h
+ * reserves for mc_store_.) Every other value below is upstream's own.
+ * Failures of the ABI layer itself keep their common.h codes: a NULL or
+ * empty argument is MC_ERR_INVALID_ARGUMENT (-1), a bad handle
+ * MC_ERR_INVALID_HANDLE, an unregistered zero-copy range
+ * MC_ERR_ADDRESS_NOT_REGISTERED, an unsupported protocol or metadata mode
+ * MC_ERR_UNSUPPORTED; MC_STORE_ERR_INVALID_PARAMS (-600) is what the pool
+ * itself rejected.
+ */
+#define MC_STORE_ERR_BUFFER_OVERFLOW (-10)              /* a buffer is too small for the value (or the local buffer for a copy) */
+#define MC_STORE_ERR_INVALID_KEY (-400)                 /* key longer than MC_STORE_MAX_KEY_LEN */
+#define MC_STORE_ERR_WRITE_FAIL (-500)                  /* write failed */
+#define MC_STORE_ERR_INVALID_PARAMS (-600)              /* the pool rejected a parameter */
+#define MC_STORE_ERR_ILLEGAL_CLIENT (-601)              /* the master does not know this client (or it expired) */
+#define MC_STORE_ERR_INVALID_WRITE (-700)               /* write to an object in a state that does not allow it */
+#define MC_STORE_ERR_INVALID_READ (-701)                /* read of an object in a state that does not allow it */
+#define MC_STORE_ERR_INVALID_REPLICA (-702)             /* no usable replica */
+#define MC_STORE_ERR_REPLICA_IS_NOT_READY (-703)        /* the object is still being written */
+#define MC_STORE_ERR_OBJECT_NOT_FOUND (-704)            /* no object under that key */
+#define MC_STORE_ERR_OBJECT_ALREADY_EXISTS (-705)       /* key exists (puts report it as success; see above) */
+#define MC_STORE_ERR_OBJECT_HAS_LEASE (-706)            /* leased by a reader: remove it with force */
+#define MC_STORE_ERR_LEASE_EXPIRED (-707)               /* a read finished after its lease; the bytes read are undefined */
+#define MC_STORE_ERR_TRANSFER_FAIL (-800)               /* moving the bytes failed (every replica, for a read) */
+#define MC_STORE_ERR_RPC_FAIL (-900)                    /* the master could not be reached or failed the call */
+#define MC_STORE_ERR_RPC_TIMEOUT (-901)                 /* a master call timed out */
+#define MC_STORE_ERR_SEGMENT_NOT_FOUND (-1101)          /* upstream -101 */
+#define MC_STORE_ERR_SEGMENT_ALREADY_EXISTS (-1102)     /* upstream -102 */
+#define MC_STORE_ERR_CLIENT_NOT_FOUND (-1103)           /* upstream -103 */
+#define MC_STORE_ERR_NO_AVAILABLE_HANDLE (-1200)        /* upstream -200: no space in the pool now (back-pressure) */
+
+/* Opaque client handle. Not a pointer to memory: never dereference it. */
+typedef struct mc_store mc_store_t;
+
+/* mc_store_abi_version returns MC_STORE_ABI_VERSION of the library: (major << 16) | minor. */
+uint32_t mc_store_abi_version(void);
+
+/*
+ * mc_store_setup starts a pool client (upstream setup()) and stores its
+ * handle in *out.
+ *
+ * local_hostname: this client's host, "host" or "host:port"; required,
+ *   non-empty. The client's transfer engine listens on that host (on every
+ *   interface when host is not an IP address, publishing host for peers to
+ *   dial; MC_TCP_BIND_ADDRESS, when set, overrides the listen address) and
+ *   on port, or on a free port when none is given. Its segment name (unique
+ *   in the cluster) is "host:port" with the port it listens on, as upstream
+ *   appends a port to a bare host; mc_store_get_hostname returns it.
+ * metadata_server: where transfer-engine segment descriptors live:
+ *   "http://host:port/path" (`mooncake master` serves one at
+ *   http://host:8080/metadata), "etcd://h1:2379,h2:2379" or a bare
+ *   "host:port" (etcd), or "P2PHANDSHAKE" (no server: each client serves
+ *   its own descriptor, and the segment name is "host:port" of that
+ *   handshake listener; every member of the pool must then use
+ *   P2PHANDSHAKE). "redis://..." is MC_ERR_UNSUPPORTED; anything else
+ *   MC_ERR_INVALID_ARGUMENT.
+ * global_segment_size: bytes of DRAM this client contributes to the pool
+ *   (mapped, registered and mounted now); 0 = a pure client.
+ * local_buffer_size: bytes of the client's own registered staging buffer,
+ *   used by the copying mc_store_put / mc_store_get (a value larger than it
+ *   cannot be copied in or out: MC_STORE_ERR_BUFFER_OVERFLOW); 0 = only the
+ *   zero-copy functions work.
+ * protocol: "tcp" (the only transport built; NULL or "" also mean tcp).
+ *   "rdma" and others: MC_ERR_UNSUPPORTED.
+ * device_name: RDMA device list; ignored for tcp; may be NULL.
+ * master_server_addr: the master's RPC address, "host:port"; required.
+ *   "etcd://..." (master discovery for HA) is MC_ERR_UNSUPPORTED.
+ * out: receives the handle; required.
+ *
+ * Blocks until the master answered a first heartbeat and the segment (if
+ * any) is mounted. Errors: MC_ERR_INVALID_ARGUMENT, MC_ERR_UNSUPPORTED,
+ * MC_ERR_METADATA (metadata service unreachable), MC_STORE_ERR_RPC_FAIL /
+ * MC_STORE_ERR_RPC_TIMEOUT (master unreachable), MC_ERR_SOCKET / MC_ERR_DNS
+ * (cannot listen), MC_ERR_MEMORY (cannot map the sizes asked for); nothing
+ * is left running on error. No string is retained.
+ */
+int mc_store_setup(const char* local_hostname, const char* metadata_server,
+                   uint64_t global_segment_size, uint64_t local_buffer_size,
+                   const char* protocol, const char* device_name,
+                   const char* master_server_addr, mc_store_t** out);
+
+/*
+ * mc_store_destroy closes the client: it waits for calls in flight on the
+ * handle to return, unmounts its segment (objects stored there vanish from
+ * the pool), stops the heartbeat and the transfer engine, unmaps the memory
+ * it mapped and releases the handle. Buffers the caller registered are not
+ * freed (they were never the client's). A second destroy, or any call with
+ * the handle afterwards, returns MC_ERR_INVALID_HANDLE. Returns the unmount
+ * error, if any, after tearing everything down anyway.
+ */
+int mc_store_destroy(mc_store_t* store);
+
+/*
+ * mc_store_get_hostname copies the client's segment name (see
+ * mc_store_setup) into buf as a NUL-terminated string and its length,
+ * without the NUL, into *out_len. Errors: MC_STORE_ERR_BUFFER_OVERFLOW when
+ * cap is not larger than the length.
+ */
+int mc_store_get_hostname(mc_store_t* store, char* buf, size_t cap, size_t* out_len);
+
+/*
+ * mc_store_register_buffer registers [ptr, ptr+size) for the zero-copy
+ * functions (upstream register_buffer). The memory stays the caller's (see
+ * the top of this header). Errors: MC_ERR_INVALID_ARGUMENT (NULL ptr, zero
+ * size, range past the end of the address space),
+ * MC_ERR_ADDRESS_OVERLAPPED (overlaps a registered buffer).
+ */
+int mc_store_register_buffer(mc_store_t* store, void* ptr, size_t size);
+
+/*
+ * mc_store_unregister_buffer removes the registration that starts at ptr.
+ * No zero-copy call on that memory may be in flight (caller's duty).
+ * Errors: MC_ERR_ADDRESS_NOT_REGISTERED.
+ */
+int mc_store_unregister_buffer(mc_store_t* store, void* ptr);
+
+/*
+ * mc_store_put stores a copy of value[0..size) under key (upstream put),
+ * staging it through the local buffer. Errors: MC_STORE_ERR_BUFFER_OVERFLOW
+ * (size exceeds what the local buffer has free now),
+ * MC_STORE_ERR_NO_AVAILABLE_HANDLE (pool full), MC_STORE_ERR_TRANSFER_FAIL,
+ * MC_STORE_ERR_RPC_FAIL, key and argument errors.
+ */
+int mc_store_put(mc_store_t* store, const char* key, const void* value, size_t size);
+
+/*
+ * mc_store_get copies key's value into buf[0..cap) (upstream get) and its
+ * size into *out_size. Errors: MC_STORE_ERR_OBJECT_NOT_FOUND,
+ * MC_STORE_ERR_BUFFER_OVERFLOW (the value is larger than cap, or than the
+ * local buffer; mc_last_error() gives the value's size; mc_store_get_size
+ * asks for it first), MC_STORE_ERR_REPLICA_IS_NOT_READY,
+ * MC_STORE_ERR_LEASE_EXPIRED, MC_STORE_ERR_TRANSFER_FAIL. buf is written
+ * only on success.
+ */
+int mc_store_get(mc_store_t* store, const char* key, void* buf, size_t cap, size_t* out_size);
+
+/*
+ * mc_store_put_from stores ptr[0..size), inside a registered buffer, under
+ * key with no intermediate copy (upstream put_from). Errors as mc_store_put,
+ * plus MC_ERR_ADDRESS_NOT_REGISTERED; never BUFFER_OVERFLOW.
+ */
+int mc_store_put_from(mc_store_t* store, const char* key, void* ptr, size_t size);
+
+/*
+ * mc_store_get_into reads key's value straight into ptr[0..size), inside a
+ * registered buffer (upstream get_into), and stores the bytes read in
+ * *out_read. Errors as mc_store_get (BUFFER_OVERFLOW when the value is
+ * larger than size), plus MC_ERR_ADDRESS_NOT_REGISTERED. After
+ * MC_STORE_ERR_LEASE_EXPIRED or MC_STORE_ERR_TRANSFER_FAIL the content of
+ * ptr[0..size) is undefined.
+ */
+int mc_store_get_into(mc_store_t* store, const char* key, void* ptr, size_t size, int64_t* out_read);
+
+/*
+ * mc_store_batch_put_from stores n values, ptrs[i][0..sizes[i]) in
+ * registered memory, under keys[i] (upstream batch_put_from) and sets
+ * out_codes[i] to MC_OK or the key's negative code (a bad key, NULL ptr,
+ * zero size or unregistered range fails that key alone). See the top of
+ * this header for the return value and mc_last_error. n == 0 is a no-op
+ * (the arrays may then be NULL). The arrays are read during the call only.
+ */
+int mc_store_batch_put_from(mc_store_t* store, const char* const* keys, void* const* ptrs,
+                            const size_t* sizes, size_t n, int32_t* out_codes);
+
+/*
+ * mc_store_batch_get_into reads n values, keys[i] into ptrs[i][0..sizes[i])
+ * in registered memory (upstream batch_get_into), and sets out_results[i] to
+ * the bytes read or the key's negative code (as mc_store_get_into). The same
+ * key may appear more than once: every destination is filled. Return value
+ * and n == 0 as mc_store_batch_put_from.
+ */
+int mc_store_batch_get_into(mc_store_t* store, const char* const* keys, void* const* ptrs,
+                            const size_t* sizes, size_t n, int64_t* out_results);
+
+/*
+ * mc_store_is_exist returns 1 when key has a readable replica, 0 when it has
+ * none (absent, or still being written), or a negative code (key errors,
+ * MC_STORE_ERR_RPC_FAIL, ...) (upstream is_exist). A 1 grants the key a
+ * lease, as upstream. mc_last_error() is "" after 1 or 0.
+ */
+int mc_store_is_exist(mc_store_t* store, const char* key);
+
+/*
+ * mc_store_batch_is_exist sets out[i] to 1, 0 or a negative code for keys[i]
+ * (upstream batch_is_exist; a bad key fails that key alone, and a failure
+ * of the master call is every key's code). Return value and n == 0 as
+ * mc_store_batch_put_from.
+ */
+int mc_store_batch_is_exist(mc_store_t* store, const char* const* keys, size_t n, int32_t* out);
+
+/*
+ * mc_store_remove deletes key (upstream remove(key, force)). Errors:
+ * MC_STORE_ERR_OBJECT_NOT_FOUND, MC_STORE_ERR_OBJECT_HAS_LEASE (a reader
+ * holds a lease and force is 0), MC_STORE_ERR_REPLICA_IS_NOT_READY.
+ */
+int mc_store_remove(mc_store_t* store, const char* key, int force);
+
+/*
+ * mc_store_get_size stores the size in bytes of key's value in *out_size
+ * (upstream get_size). Like a read, it grants the key a lease. Errors:
+ * MC_STORE_ERR_OBJECT_NOT_FOUND, MC_STORE_ERR_REPLICA_IS_NOT_READY.
+ */
+int mc_store_get_size(mc_store_t* store, const char* key, uint64_t* out_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOONCAKE_STORE_H */

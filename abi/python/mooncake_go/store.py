@@ -1,0 +1,408 @@
+"""The KV-cache pool client of libmooncake.so (mooncake/store.h, mc_store_*).
+
+Two classes over the same calls:
+
+* Store raises: every failure is a MooncakeError subclass (errors.py) with
+  the library's code and reason; success returns a value or None. Batch
+  calls raise only when the call itself is unusable and return one int per
+  key otherwise (0 / bytes read / 1 or 0, or that key's negative code).
+* MooncakeDistributedStore keeps upstream Mooncake's return conventions
+  (mooncake.store.MooncakeDistributedStore): status ints (0 or a negative
+  code), get() -> b"" on a miss, get_into() -> bytes read or a negative
+  code, is_exist() -> 1 / 0 / negative, get_size() -> size or negative,
+  batch calls -> lists of ints. Shims ported from upstream integrations keep
+  their checks (ret < 0, ret == -704, ...).
+
+Codes are upstream's store values (-704 OBJECT_NOT_FOUND, -705, -707, ...)
+except where a common code already has upstream's value (store.h): e.g.
+NO_AVAILABLE_HANDLE is -1200 here, not -200, and a NULL/empty argument is
+-1 (upstream returns -1 for any error from is_exist).
+
+Pointers are ints (addresses); buffers passed to put_from / get_into and the
+batch forms must lie inside memory registered with register_buffer and stay
+valid until unregister_buffer. The library is loaded by setup(), not at
+import. Every method may be called from several threads at once (the
+library releases the GIL); close() waits for calls in flight.
+"""
+
+import ctypes
+import threading
+
+from . import _lib
+from .errors import (
+    ERR_INVALID_ARGUMENT,
+    ERR_INVALID_HANDLE,
+    ERR_UNSUPPORTED,
+    STORE_ERR_BUFFER_OVERFLOW,
+    MooncakeError,
+    InvalidHandleError,
+    error_for,
+)
+
+STORE_ABI_MAJOR = 1
+MAX_KEY_LEN = 4096  # MC_STORE_MAX_KEY_LEN
+MIB = 1 << 20
+
+_H = ctypes.c_void_p  # mc_store_t*: opaque
+_P = ctypes.c_void_p
+_S = ctypes.c_size_t
+_STR = ctypes.c_char_p
+_PROTOS = {
+    "mc_store_setup": (
+        ctypes.c_int,
+        [_STR, _STR, ctypes.c_uint64, ctypes.c_uint64, _STR, _STR, _STR, ctypes.POINTER(_H)],
+    ),
+    "mc_store_destroy": (ctypes.c_int, [_H]),
+    "mc_store_get_hostname": (ctypes.c_int, [_H, ctypes.c_char_p, _S, ctypes.POINTER(_S)]),
+    "mc_store_register_buffer": (ctypes.c_int, [_H, _P, _S]),
+    "mc_store_unregister_buffer": (ctypes.c_int, [_H, _P]),
+    "mc_store_put": (ctypes.c_int, [_H, _STR, _P, _S]),
+    "mc_store_get": (ctypes.c_int, [_H, _STR, _P, _S, ctypes.POINTER(_S)]),
+    "mc_store_put_from": (ctypes.c_int, [_H, _STR, _P, _S]),
+    "mc_store_get_into": (ctypes.c_int, [_H, _STR, _P, _S, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_store_batch_put_from": (ctypes.c_int, [_H, ctypes.POINTER(_STR), ctypes.POINTER(_P), ctypes.POINTER(_S), _S, ctypes.POINTER(ctypes.c_int32)]),
+    "mc_store_batch_get_into": (ctypes.c_int, [_H, ctypes.POINTER(_STR), ctypes.POINTER(_P), ctypes.POINTER(_S), _S, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_store_is_exist": (ctypes.c_int, [_H, _STR]),
+    "mc_store_batch_is_exist": (ctypes.c_int, [_H, ctypes.POINTER(_STR), _S, ctypes.POINTER(ctypes.c_int32)]),
+    "mc_store_remove": (ctypes.c_int, [_H, _STR, ctypes.c_int]),
+    "mc_store_get_size": (ctypes.c_int, [_H, _STR, ctypes.POINTER(ctypes.c_uint64)]),
+}
+
+
+def _library():
+    return _lib.require("mc_store_abi_version", STORE_ABI_MAJOR, _PROTOS)
+
+
+def _key(key):
+    """A key as bytes for a const char*: str (UTF-8) or bytes, without NUL."""
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    elif isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
+    elif not isinstance(key, bytes):
+        raise error_for(ERR_INVALID_ARGUMENT, f"key must be str or bytes, not {type(key).__name__}")
+    if b"\0" in key:
+        raise error_for(ERR_INVALID_ARGUMENT, "key contains a NUL byte")
+    return key
+
+
+def _readable(value):
+    """(pointer argument, length, keep-alive) for a bytes-like value."""
+    if isinstance(value, bytes):
+        return value, len(value), value
+    mv = memoryview(value)
+    if not mv.contiguous:
+        raise error_for(ERR_INVALID_ARGUMENT, "value must be a contiguous buffer")
+    n = mv.nbytes
+    if mv.readonly or n == 0:
+        b = mv.tobytes()
+        return b, n, b
+    arr = (ctypes.c_char * n).from_buffer(mv.cast("B"))
+    return arr, n, arr
+
+
+class Store:
+    """A pool client (store.h) whose methods raise MooncakeError on failure.
+    See the module docstring."""
+
+    def __init__(self):
+        self._lib = None
+        self._h = None
+        self._mu = threading.Lock()
+
+    # -- lifecycle --------------------------------------------------------
+
+    def setup(
+        self,
+        local_hostname,
+        metadata_server=None,
+        global_segment_size=None,
+        local_buffer_size=None,
+        protocol=None,
+        rdma_devices=None,
+        master_server_addr=None,
+        engine=None,
+        enable_ssd_offload=False,
+        ssd_offload_path="",
+        tenant_id="default",
+        enable_client_http_server=False,
+        client_http_port=9300,
+    ):
+        """Starts the client (upstream setup()). Positional form: the first
+        seven arguments are required, as upstream. Dict form: setup(config)
+        with keys local_hostname and metadata_server (required),
+        global_segment_size and local_buffer_size (default 16 MiB),
+        protocol ("tcp"), rdma_devices or device_name, master_server_addr or
+        master_server_address ("127.0.0.1:50051"). The upstream options not
+        built here (a shared engine, SSD offload, tenants, the client HTTP
+        server) raise UnsupportedError unless left at their defaults."""
+        if isinstance(local_hostname, dict):
+            cfg = dict(local_hostname)
+            local_hostname = cfg.get("local_hostname")
+            metadata_server = cfg.get("metadata_server")
+            global_segment_size = cfg.get("global_segment_size", 16 * MIB)
+            local_buffer_size = cfg.get("local_buffer_size", 16 * MIB)
+            protocol = cfg.get("protocol", "tcp")
+            rdma_devices = cfg.get("rdma_devices", cfg.get("device_name", ""))
+            master_server_addr = cfg.get("master_server_addr", cfg.get("master_server_address", "127.0.0.1:50051"))
+        else:
+            missing = [
+                name
+                for name, v in (
+                    ("metadata_server", metadata_server),
+                    ("global_segment_size", global_segment_size),
+                    ("local_buffer_size", local_buffer_size),
+                    ("protocol", protocol),
+                    ("rdma_devices", rdma_devices),
+                    ("master_server_addr", master_server_addr),
+                )
+                if v is None
+            ]
+            if missing:
+                raise error_for(ERR_INVALID_ARGUMENT, f"setup: missing {', '.join(missing)}", "mc_store_setup")
+        for what, given in (
+            ("engine", engine is not None),
+            ("enable_ssd_offload", bool(enable_ssd_offload) or bool(ssd_offload_path)),
+            ("tenant_id", tenant_id not in (None, "", "default")),
+            ("enable_client_http_server", bool(enable_client_http_server)),
+        ):
+            if given:
+                raise error_for(ERR_UNSUPPORTED, f"setup: {what} is not implemented by mooncake-go", "mc_store_setup")
+        with self._mu:
+            if self._h is not None:
+                raise error_for(ERR_INVALID_ARGUMENT, "setup: this store is already set up", "mc_store_setup")
+            lib = _library()
+            h = _H()
+            enc = lambda s: None if s is None else (s.encode() if isinstance(s, str) else bytes(s))  # noqa: E731
+            rc = lib.mc_store_setup(
+                enc(local_hostname),
+                enc(metadata_server),
+                int(global_segment_size),
+                int(local_buffer_size),
+                enc(protocol),
+                enc(rdma_devices),
+                enc(master_server_addr),
+                ctypes.byref(h),
+            )
+            self._check(lib, rc, "mc_store_setup")
+            self._lib, self._h = lib, h
+
+    def close(self):
+        """Closes the client (waits for calls in flight, unmounts its
+        segment). A second close does nothing."""
+        with self._mu:
+            h, self._h = self._h, None
+        if h is not None:
+            self._check(self._lib, self._lib.mc_store_destroy(h), "mc_store_destroy")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - best effort at garbage collection
+            pass
+
+    # -- helpers ------------------------------------------------------------
+
+    @staticmethod
+    def _check(lib, rc, call):
+        if rc < 0:
+            raise error_for(rc, _lib.last_error(lib), call)
+        return rc
+
+    def _handle(self):
+        h = self._h
+        if h is None:
+            raise InvalidHandleError(ERR_INVALID_HANDLE, "the store is not set up or was closed")
+        return self._lib, h
+
+    @staticmethod
+    def _arrays(keys, ptrs=None, sizes=None):
+        keys = list(keys)
+        n = len(keys)
+        if ptrs is not None and (len(ptrs) != n or len(sizes) != n):
+            raise error_for(ERR_INVALID_ARGUMENT, f"{n} keys, {len(ptrs)} pointers, {len(sizes)} sizes")
+        k = (_STR * max(n, 1))(*[_key(x) for x in keys])
+        if ptrs is None:
+            return n, k, None, None
+        p = (_P * max(n, 1))(*[int(x) for x in ptrs])
+        s = (_S * max(n, 1))(*[int(x) for x in sizes])
+        return n, k, p, s
+
+    # -- calls ----------------------------------------------------------------
+
+    def get_hostname(self):
+        """This client's segment name ("host:port")."""
+        lib, h = self._handle()
+        buf = ctypes.create_string_buffer(1024)
+        n = _S()
+        self._check(lib, lib.mc_store_get_hostname(h, buf, len(buf), ctypes.byref(n)), "mc_store_get_hostname")
+        return buf.raw[: n.value].decode("utf-8", "replace")
+
+    def register_buffer(self, ptr, size):
+        """Registers [ptr, ptr+size) for the zero-copy calls."""
+        lib, h = self._handle()
+        self._check(lib, lib.mc_store_register_buffer(h, ptr, size), "mc_store_register_buffer")
+
+    def unregister_buffer(self, ptr):
+        """Removes the registration starting at ptr."""
+        lib, h = self._handle()
+        self._check(lib, lib.mc_store_unregister_buffer(h, ptr), "mc_store_unregister_buffer")
+
+    def put(self, key, value):
+        """Stores a copy of value (bytes-like, non-empty) under key, through
+        the client's local buffer. An existing key keeps its value."""
+        lib, h = self._handle()
+        arg, n, keep = _readable(value)
+        rc = lib.mc_store_put(h, _key(key), arg, n)
+        del keep
+        self._check(lib, rc, "mc_store_put")
+
+    def get_size(self, key):
+        """The size in bytes of key's value."""
+        lib, h = self._handle()
+        out = ctypes.c_uint64()
+        self._check(lib, lib.mc_store_get_size(h, _key(key), ctypes.byref(out)), "mc_store_get_size")
+        return out.value
+
+    def get(self, key):
+        """A copy of key's value as bytes. Raises NotFoundError on a miss."""
+        lib, h = self._handle()
+        k = _key(key)
+        for _ in range(3):  # the value may be replaced between size and read
+            size = self.get_size(k)
+            buf = ctypes.create_string_buffer(max(size, 1))
+            n = _S()
+            rc = lib.mc_store_get(h, k, buf, len(buf), ctypes.byref(n))
+            if rc == STORE_ERR_BUFFER_OVERFLOW and size < self.get_size(k):
+                continue
+            self._check(lib, rc, "mc_store_get")
+            return buf.raw[: n.value]
+        self._check(lib, rc, "mc_store_get")
+
+    def put_from(self, key, ptr, size):
+        """Stores [ptr, ptr+size) (registered memory) under key, zero copy."""
+        lib, h = self._handle()
+        self._check(lib, lib.mc_store_put_from(h, _key(key), ptr, size), "mc_store_put_from")
+
+    def get_into(self, key, ptr, size):
+        """Reads key's value into [ptr, ptr+size) (registered memory), zero
+        copy; returns the bytes read."""
+        lib, h = self._handle()
+        out = ctypes.c_int64()
+        self._check(lib, lib.mc_store_get_into(h, _key(key), ptr, size, ctypes.byref(out)), "mc_store_get_into")
+        return out.value
+
+    def batch_put_from(self, keys, ptrs, sizes):
+        """Stores each [ptrs[i], +sizes[i]) under keys[i]; returns one code
+        per key (0, or that key's negative code)."""
+        lib, h = self._handle()
+        n, k, p, s = self._arrays(keys, ptrs, sizes)
+        out = (ctypes.c_int32 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_put_from(h, k, p, s, n, out), "mc_store_batch_put_from")
+        return list(out[:n])
+
+    def batch_get_into(self, keys, ptrs, sizes):
+        """Reads keys[i] into [ptrs[i], +sizes[i]); returns per key the
+        bytes read or that key's negative code."""
+        lib, h = self._handle()
+        n, k, p, s = self._arrays(keys, ptrs, sizes)
+        out = (ctypes.c_int64 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_get_into(h, k, p, s, n, out), "mc_store_batch_get_into")
+        return list(out[:n])
+
+    def is_exist(self, key):
+        """Whether key has a readable replica (True grants a lease)."""
+        lib, h = self._handle()
+        return self._check(lib, lib.mc_store_is_exist(h, _key(key)), "mc_store_is_exist") == 1
+
+    def batch_is_exist(self, keys):
+        """Per key: 1 (exists), 0 (not) or that key's negative code."""
+        lib, h = self._handle()
+        n, k, _, _ = self._arrays(keys)
+        out = (ctypes.c_int32 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_is_exist(h, k, n, out), "mc_store_batch_is_exist")
+        return list(out[:n])
+
+    def remove(self, key, force=False):
+        """Deletes key (force: even while a reader holds a lease)."""
+        lib, h = self._handle()
+        self._check(lib, lib.mc_store_remove(h, _key(key), 1 if force else 0), "mc_store_remove")
+
+
+def _code(f, *args, **kwargs):
+    """Runs a raising Store method; returns its result, or the error's code."""
+    try:
+        return f(*args, **kwargs)
+    except MooncakeError as e:
+        return e.code
+
+
+class MooncakeDistributedStore(Store):
+    """Store with upstream Mooncake's return conventions (see the module
+    docstring). Loader failures (LibraryLoadError) still raise."""
+
+    def setup(self, *args, **kwargs):
+        """0, or a negative code."""
+        r = _code(super().setup, *args, **kwargs)
+        return 0 if r is None else r
+
+    def close(self):
+        r = _code(super().close)
+        return 0 if r is None else r
+
+    def register_buffer(self, ptr, size):
+        r = _code(super().register_buffer, ptr, size)
+        return 0 if r is None else r
+
+    def unregister_buffer(self, ptr):
+        r = _code(super().unregister_buffer, ptr)
+        return 0 if r is None else r
+
+    def put(self, key, value, config=None):
+        """0 or a negative code. config (ReplicateConfig) is accepted and ignored."""
+        r = _code(super().put, key, value)
+        return 0 if r is None else r
+
+    def get(self, key):
+        """The value, or b"" when it is missing or cannot be read."""
+        r = _code(super().get, key)
+        return b"" if isinstance(r, int) else r
+
+    def get_size(self, key):
+        """The size, or a negative code."""
+        return _code(super().get_size, key)
+
+    def put_from(self, key, ptr, size, config=None):
+        r = _code(super().put_from, key, ptr, size)
+        return 0 if r is None else r
+
+    def get_into(self, key, ptr, size):
+        """Bytes read, or a negative code."""
+        return _code(super().get_into, key, ptr, size)
+
+    def batch_put_from(self, keys, ptrs, sizes, config=None):
+        r = _code(super().batch_put_from, keys, ptrs, sizes)
+        return [r] * len(keys) if isinstance(r, int) else r
+
+    def batch_get_into(self, keys, ptrs, sizes):
+        r = _code(super().batch_get_into, keys, ptrs, sizes)
+        return [r] * len(keys) if isinstance(r, int) else r
+
+    def is_exist(self, key):
+        """1, 0, or a negative code."""
+        r = _code(super().is_exist, key)
+        return int(r) if isinstance(r, bool) else r
+
+    def batch_is_exist(self, keys):
+        r = _code(super().batch_is_exist, keys)
+        return [r] * len(keys) if isinstance(r, int) else r
+
+    def remove(self, key, force=False):
+        r = _code(super().remove, key, force)
+        return 0 if r is None else r

@@ -1,0 +1,90 @@
+// The public mc_store_* functions of mooncake/store.h. Each one is a
+// trampoline to the Go export mcgo_store_* (exports.go): it converts the
+// store handle pointer to the integer handle it carries and void* addresses
+// (single ones and arrays of them) to uintptr_t, so Go code never holds
+// them as pointers, and lets the C compiler check these definitions against
+// the header's prototypes.
+
+#include <stdint.h>
+
+#include "mooncake/store.h"
+#include "_cgo_export.h"
+
+// The pointer arrays are read as uintptr_t arrays.
+_Static_assert(sizeof(void*) == sizeof(uintptr_t), "void* and uintptr_t differ in size");
+
+static inline uint64_t handle_of(const mc_store_t* s) { return (uint64_t)(uintptr_t)s; }
+
+uint32_t mc_store_abi_version(void) { return MC_STORE_ABI_VERSION; }
+
+int mc_store_setup(const char* local_hostname, const char* metadata_server,
+                   uint64_t global_segment_size, uint64_t local_buffer_size,
+                   const char* protocol, const char* device_name,
+                   const char* master_server_addr, mc_store_t** out) {
+  uint64_t h = 0;
+  int rc = mcgo_store_setup((char*)local_hostname, (char*)metadata_server, global_segment_size,
+                            local_buffer_size, (char*)protocol, (char*)device_name,
+                            (char*)master_server_addr, out != NULL ? &h : NULL);
+  if (rc == MC_OK) {
+    *out = (mc_store_t*)(uintptr_t)h;
+  }
+  return rc;
+}
+
+int mc_store_destroy(mc_store_t* store) { return mcgo_store_destroy(handle_of(store)); }
+
+int mc_store_get_hostname(mc_store_t* store, char* buf, size_t cap, size_t* out_len) {
+  return mcgo_store_get_hostname(handle_of(store), (uintptr_t)buf, cap, out_len);
+}
+
+int mc_store_register_buffer(mc_store_t* store, void* ptr, size_t size) {
+  return mcgo_store_register_buffer(handle_of(store), (uintptr_t)ptr, size);
+}
+
+int mc_store_unregister_buffer(mc_store_t* store, void* ptr) {
+  return mcgo_store_unregister_buffer(handle_of(store), (uintptr_t)ptr);
+}
+
+int mc_store_put(mc_store_t* store, const char* key, const void* value, size_t size) {
+  return mcgo_store_put(handle_of(store), (char*)key, (uintptr_t)value, size);
+}
+
+int mc_store_get(mc_store_t* store, const char* key, void* buf, size_t cap, size_t* out_size) {
+  return mcgo_store_get(handle_of(store), (char*)key, (uintptr_t)buf, cap, out_size);
+}
+
+int mc_store_put_from(mc_store_t* store, const char* key, void* ptr, size_t size) {
+  return mcgo_store_put_from(handle_of(store), (char*)key, (uintptr_t)ptr, size);
+}
+
+int mc_store_get_into(mc_store_t* store, const char* key, void* ptr, size_t size, int64_t* out_read) {
+  return mcgo_store_get_into(handle_of(store), (char*)key, (uintptr_t)ptr, size, out_read);
+}
+
+int mc_store_batch_put_from(mc_store_t* store, const char* const* keys, void* const* ptrs,
+                            const size_t* sizes, size_t n, int32_t* out_codes) {
+  return mcgo_store_batch_put_from(handle_of(store), (char**)keys, (uintptr_t*)ptrs, (size_t*)sizes, n,
+                                   out_codes);
+}
+
+int mc_store_batch_get_into(mc_store_t* store, const char* const* keys, void* const* ptrs,
+                            const size_t* sizes, size_t n, int64_t* out_results) {
+  return mcgo_store_batch_get_into(handle_of(store), (char**)keys, (uintptr_t*)ptrs, (size_t*)sizes, n,
+                                   out_results);
+}
+
+int mc_store_is_exist(mc_store_t* store, const char* key) {
+  return mcgo_store_is_exist(handle_of(store), (char*)key);
+}
+
+int mc_store_batch_is_exist(mc_store_t* store, const char* const* keys, size_t n, int32_t* out) {
+  return mcgo_store_batch_is_exist(handle_of(store), (char**)keys, n, out);
+}
+
+int mc_store_remove(mc_store_t* store, const char* key, int force) {
+  return mcgo_store_remove(handle_of(store), (char*)key, force);
+}
+
+int mc_store_get_size(mc_store_t* store, const char* key, uint64_t* out_size) {
+  return mcgo_store_get_size(handle_of(store), (char*)key, out_size);
+}
