@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build replay test test-rdma vet build-nocgo bench bench-transfer clean
+.PHONY: all build replay test test-rdma vet build-nocgo bench bench-transfer bench-store clean
 
 all: build
 
@@ -44,3 +44,8 @@ clean:
 # Transfer engine vs iperf3 (loopback, single stream) and memcpy, same run.
 bench-transfer: build
 	./scripts/bench-transfer.sh
+
+# Pool put/get vs redis-server SET/GET (redis-benchmark), same value sizes
+# and concurrency, same run; installs Debian's redis-server when missing.
+bench-store: build
+	./scripts/bench-store.sh

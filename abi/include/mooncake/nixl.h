@@ -1,6 +1,6 @@
 /*
  * mooncake/nixl.h - C ABI behind the NIXL backend plugin (symbol prefix
- * mc_nixl_), in libmooncake.so. DRAFT: not implemented yet; see issue TBD
+ * mc_nixl_), in libmooncake.so. DRAFT: not implemented yet; planned in a later issue (DESIGN.md)
  * (the NIXL adapter, nixl/capi and the C++ shim nixl/plugin). Nothing
  * declared here is exported by the library yet, not even
  * mc_nixl_abi_version: a library without the symbol has no NIXL adapter;

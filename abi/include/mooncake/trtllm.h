@@ -1,7 +1,7 @@
 /*
  * mooncake/trtllm.h - C ABI behind the TensorRT-LLM KV-cache transfer agent
  * (symbol prefix mc_trtllm_), in libmooncake.so. DRAFT: not implemented
- * yet; see issue TBD (the TensorRT-LLM adapter, trtllm/capi and its C++
+ * yet; planned in a later issue (DESIGN.md) (the TensorRT-LLM adapter, trtllm/capi and its C++
  * shim). Nothing declared here is exported by the library yet, not even
  * mc_trtllm_abi_version: a library without the symbol has no TensorRT-LLM
  * adapter; one that has it returns a major of at least 1. Until then the

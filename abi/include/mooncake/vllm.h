@@ -1,6 +1,6 @@
 /*
  * mooncake/vllm.h - C ABI of the vLLM v1 KV connector (symbol prefix
- * mc_vllm_), in libmooncake.so. DRAFT: not implemented yet; see issue TBD
+ * mc_vllm_), in libmooncake.so. DRAFT: not implemented yet; see issue 6
  * (the vLLM adapter, vllm/capi). Nothing declared here is exported by the
  * library yet, not even mc_vllm_abi_version: a library without the symbol
  * has no vLLM adapter; one that has it returns a major of at least 1.
