@@ -1,7 +1,7 @@
 /*
  * mooncake/lmcache.h - C ABI of the LMCache remote connector (symbol prefix
  * mc_lmcache_), in libmooncake.so. DRAFT: not implemented yet; see issue
- * TBD (the LMCache adapter, lmcache/capi). Nothing declared here is
+ * a later issue (the LMCache adapter, lmcache/capi). Nothing declared here is
  * exported by the library yet, not even mc_lmcache_abi_version: a library
  * without the symbol has no LMCache adapter; one that has it returns a
  * major of at least 1. Until then the declarations may change without a

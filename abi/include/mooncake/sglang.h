@@ -1,7 +1,7 @@
 /*
  * mooncake/sglang.h - C ABI of the SGLang HiCache storage backend (symbol
  * prefix mc_sglang_), in libmooncake.so. DRAFT: not implemented yet; see
- * issue TBD (the SGLang adapter, sglang/capi). Nothing declared here is
+ * a later issue (the SGLang adapter, sglang/capi). Nothing declared here is
  * exported by the library yet, not even mc_sglang_abi_version: a library
  * without the symbol has no SGLang adapter; one that has it returns a major
  * of at least 1. Until then the declarations may change without a major
