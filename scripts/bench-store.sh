@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# make bench-store: measures, in one run on this machine, redis-server (from
+# Debian, on 127.0.0.1, no persistence) with redis-benchmark SET/GET, then
+# the pool (mooncake bench store: in-process master and 2 nodes) put/get of
+# the same value sizes with the same concurrency, with the transport the
+# engine picks by default on one host (shm) and tcp only, and prints our
+# figures as ratios of redis's. GB/s = ops/s x value size / 1e9. The two
+# alternate for ROUNDS rounds and the medians are compared, so that load
+# from other processes hits both alike.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-bin/mooncake}
+DUR=${DUR:-3}          # seconds per measured phase of ours
+CLIENTS=${CLIENTS:-4}  # concurrency of both
+SIZES=${SIZES:-"1MiB 4MiB"}
+ROUNDS=${ROUNDS:-3}    # rounds alternating redis and ours; medians are printed
+
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "redis-server/redis-benchmark missing: installing Debian's redis-server" >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } >&2
+  else
+    echo "redis-server/redis-benchmark missing: apt-get install -y redis-server" >&2
+    exit 1
+  fi
+fi
+[ -x "$BIN" ] || go build -o "$BIN" ./core/cmd/mooncake
+
+bytes_of() { case "$1" in *MiB) echo $(( ${1%MiB} << 20 ));; *KiB) echo $(( ${1%KiB} << 10 ));; *) echo "$1";; esac; }
+# requests per redis-benchmark test: about 4 GB moved, a few seconds each
+requests_of() { echo $(( (4000 << 20) / $1 )); }
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+rdir=$(mktemp -d)
+redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no --dir "$rdir" \
+  --logfile "$rdir/redis.log" --daemonize no &
+srv=$!
+trap 'kill $srv 2>/dev/null || true; wait $srv 2>/dev/null || true; rm -rf "$rdir"' EXIT
+for _ in $(seq 100); do  # wait (bounded) until it answers
+  [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ] && break
+  sleep 0.05
+done
+echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port (--save '' --appendonly no); $(nproc) CPUs"
+
+# One round: redis-benchmark SET/GET, then ours with shm, then tcp only;
+# each appends "size who op ops_per_s gbps p50_ms p99_ms" lines to $rows.
+rows="$rdir/rows"
+round() {
+  local size=$1 b n csv
+  b=$(bytes_of "$size")
+  n=$(requests_of "$b")
+  csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -d "$b" -t set,get -q --csv)
+  echo "$csv" | awk -F'"' -v s="$size" -v b="$b" '$2=="SET"||$2=="GET"{printf "%s redis %s %s %.6f %s %s\n", s, $2, $4, $4*b/1e9, $10, $14}' >>"$rows"
+  for proto in shm tcp; do
+    "$BIN" bench store --protocol "$proto" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
+for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"])' "$size" "$proto" >>"$rows"
+  done
+}
+
+for size in $SIZES; do
+  b=$(bytes_of "$size")
+  echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -t set,get -q --csv"
+  echo "value $size: $BIN bench store --protocol shm|tcp --value-size $size --clients $CLIENTS --duration ${DUR}s"
+  for r in $(seq "$ROUNDS"); do round "$size"; done
+done
+
+python3 - "$rows" "$CLIENTS" "$ROUNDS" <<'PY'
+import statistics, sys
+rows, clients, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = {}
+for line in open(rows):
+    size, who, op, ops, gbps, p50, p99 = line.split()
+    data.setdefault((size, who, op), []).append((float(ops), float(gbps), float(p50), float(p99)))
+med = lambda xs: statistics.median(xs)
+sizes = list(dict.fromkeys(k[0] for k in data))
+for size in sizes:
+    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp)")
+    def line(label, key, base=None):
+        xs = data[key]
+        g = med([x[1] for x in xs])
+        ratio = f"= {g / med([x[1] for x in data[base]]):5.2f} x {base[2]}" if base else ""
+        print(f"  {label:<25} {med([x[0] for x in xs]):9.1f} ops/s {g:7.3f} GB/s  p50 {med([x[2] for x in xs]):6.3f} ms p99 {med([x[3] for x in xs]):7.3f} ms  {ratio}"
+              f"  [GB/s per round: {' '.join('%.2f' % x[1] for x in xs)}]")
+    line("redis SET", (size, "redis", "SET"))
+    line("redis GET", (size, "redis", "GET"))
+    for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only")):
+        line(f"{label} put", (size, proto, "put"), (size, "redis", "SET"))
+        line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
+PY
