@@ -11,10 +11,16 @@ import (
 // location (e.g. "cpu:0", "cuda:1"), Addr its virtual address in the owning
 // process and Length its size in bytes. Fields other transports add (rkey,
 // lkey, shm_name, offset) are ignored on decode and not written.
+//
+// IPCHandle is a Mooncake-Go extension (our prefix; upstream ignores it):
+// for a device buffer, the opaque token with which a process on the same
+// host maps it (the CUDA IPC handle, hex, and the buffer's offset in its
+// allocation; see package transfer/cuda). Empty for host memory.
 type BufferDesc struct {
-	Name   string `json:"name"`
-	Addr   uint64 `json:"addr"`
-	Length uint64 `json:"length"`
+	Name      string `json:"name"`
+	Addr      uint64 `json:"addr"`
+	Length    uint64 `json:"length"`
+	IPCHandle string `json:"mc_cuda_ipc,omitempty"`
 }
 
 // SegmentDesc is a RAM segment descriptor, the JSON document upstream

@@ -121,7 +121,9 @@ func (e *Engine) run(b *batch, idx int, r Request) {
 	b.mu.Unlock()
 }
 
-// execute performs one request synchronously.
+// execute performs one request synchronously. Host memory on both sides
+// takes the first path; device memory on either side is detected on the
+// error path of the host lookups, so host requests pay nothing for it.
 func (e *Engine) execute(ctx context.Context, r Request) error {
 	if r.Op != Read && r.Op != Write {
 		return fmt.Errorf("%w: opcode %d", ErrInvalidArgument, r.Op)
@@ -131,12 +133,16 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 	}
 	local, err := e.reg.Local(r.Source, r.Length)
 	if err != nil {
-		return fmt.Errorf("local source: %w", err)
+		d, derr := e.reg.localDevice(r.Source, r.Length)
+		if derr != nil {
+			return fmt.Errorf("local source: %w", err)
+		}
+		return e.executeDevice(ctx, r, mem{dev: d.Device, addr: d.Addr})
 	}
 	if r.Target == LocalSegment {
 		remote, err := e.reg.Resolve(r.TargetOffset, r.Length)
 		if err != nil {
-			return fmt.Errorf("local target: %w", err)
+			return e.localCopy(r, mem{host: local})
 		}
 		if r.Op == Write {
 			copy(remote, local)
@@ -145,23 +151,103 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 		}
 		return nil
 	}
-	e.mu.Lock()
-	s, ok := e.mu.segs[r.Target]
-	var desc *metadata.SegmentDesc
-	if ok {
-		desc = &s.desc
+	s, bd, err := e.remoteBuffer(r)
+	if err != nil {
+		return err
 	}
-	e.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: handle %d", ErrSegmentNotFound, r.Target)
-	}
-	if !descInRange(desc, r.TargetOffset, r.Length) {
-		return fmt.Errorf("%w: [%#x,+%d) not in a published buffer of segment %q", ErrAddressNotRegistered, r.TargetOffset, r.Length, s.name)
+	if bd.IPCHandle != "" && s.ipc != nil {
+		if done, err := e.viaIPC(s, bd, r, mem{host: local}); done {
+			return err
+		}
 	}
 	if err := s.peer.Do(ctx, r.Op, local, r.TargetOffset); err != nil {
 		return fmt.Errorf("%s %d bytes at %q %#x: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
 	}
 	return nil
+}
+
+// remoteBuffer returns r's opened segment and the published buffer holding
+// its remote range.
+func (e *Engine) remoteBuffer(r Request) (*peerSeg, *metadata.BufferDesc, error) {
+	e.mu.Lock()
+	s, ok := e.mu.segs[r.Target]
+	var desc *metadata.SegmentDesc
+	if ok {
+		desc = s.desc
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: handle %d", ErrSegmentNotFound, r.Target)
+	}
+	bd := descBuffer(desc, r.TargetOffset, r.Length)
+	if bd == nil {
+		return nil, nil, fmt.Errorf("%w: [%#x,+%d) not in a published buffer of segment %q", ErrAddressNotRegistered, r.TargetOffset, r.Length, s.name)
+	}
+	return s, bd, nil
+}
+
+// executeDevice performs a request whose local side lm is device memory:
+// cudaMemcpy on the local segment, CUDA IPC to a same-host peer's device
+// buffer, else the peer's transport through a host bounce buffer.
+func (e *Engine) executeDevice(ctx context.Context, r Request, lm mem) error {
+	if r.Target == LocalSegment {
+		return e.localCopy(r, lm)
+	}
+	s, bd, err := e.remoteBuffer(r)
+	if err != nil {
+		return err
+	}
+	if bd.IPCHandle != "" && s.ipc != nil {
+		if done, err := e.viaIPC(s, bd, r, lm); done {
+			return err
+		}
+	}
+	if err := viaBounce(ctx, &e.bounces, e.cfg.CUDA, s.peer, r.Op, lm, r.TargetOffset, r.Length); err != nil {
+		return fmt.Errorf("%s %d bytes of device memory at %q %#x: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
+	}
+	return nil
+}
+
+// localCopy performs a request on the engine's own segment when either
+// side is device memory, with the matching cudaMemcpy kind.
+func (e *Engine) localCopy(r Request, lm mem) error {
+	var rm mem
+	if b, err := e.reg.Resolve(r.TargetOffset, r.Length); err == nil {
+		rm = mem{host: b}
+	} else if d, derr := e.reg.ResolveDevice(r.TargetOffset, r.Length); derr == nil {
+		rm = mem{dev: d.Device, addr: d.Addr}
+	} else {
+		return fmt.Errorf("local target: %w", err)
+	}
+	dst, src := rm, lm
+	if r.Op == Read {
+		dst, src = lm, rm
+	}
+	if err := copyMem(e.cfg.CUDA, dst, src, r.Length); err != nil {
+		return fmt.Errorf("%s %d bytes on the local segment at %#x: %w", r.Op, r.Length, r.TargetOffset, err)
+	}
+	return nil
+}
+
+// viaIPC copies directly between lm and a same-host peer's device buffer
+// bd mapped through CUDA IPC. done is false when the buffer cannot be
+// mapped (the caller then uses the network path); otherwise err is the
+// copy's outcome.
+func (e *Engine) viaIPC(s *peerSeg, bd *metadata.BufferDesc, r Request, lm mem) (done bool, err error) {
+	m, ok := s.ipc.acquire(&bufferRef{addr: bd.Addr, dev: parseDeviceLocation(bd.Name), token: bd.IPCHandle})
+	if !ok {
+		return false, nil
+	}
+	defer s.ipc.release(m)
+	rm := mem{dev: m.dev, addr: m.addr + (r.TargetOffset - bd.Addr)}
+	dst, src := rm, lm
+	if r.Op == Read {
+		dst, src = lm, rm
+	}
+	if err := copyMem(e.cfg.CUDA, dst, src, r.Length); err != nil {
+		return true, fmt.Errorf("%s %d bytes at %q %#x through CUDA IPC: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
+	}
+	return true, nil
 }
 
 // Status returns the state of request task of batch id. Errors:

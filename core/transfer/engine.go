@@ -39,6 +39,13 @@ type Config struct {
 	// RequestTimeout bounds one request end to end; default 60 s (upstream
 	// Store gives up on a transfer after 60 s). A request past it FAILS.
 	RequestTimeout time.Duration
+	// CUDA, if set, reaches GPU memory: it enables RegisterDeviceMemory
+	// and requests whose local side is device memory, serves peers'
+	// requests into this engine's device buffers (over transports that
+	// support it: tcp), and copies directly through CUDA IPC to device
+	// buffers of same-host peers. Typically a *cuda.Runtime from
+	// cuda.Load; nil means no CUDA.
+	CUDA DeviceRuntime
 }
 
 // Validate reports a missing required field.
@@ -64,6 +71,7 @@ type Engine struct {
 	nextB    atomic.Uint64
 	ctx      context.Context // cancelled by Close: aborts running requests
 	cancel   context.CancelFunc
+	bounces  sync.Pool // host staging buffers for device memory (newBounce)
 
 	mu struct {
 		sync.Mutex
@@ -77,8 +85,17 @@ type Engine struct {
 
 type peerSeg struct {
 	name string
-	desc metadata.SegmentDesc
+	desc *metadata.SegmentDesc // replaced, never modified, by RefreshSegment (under Engine.mu)
 	peer Peer
+	ipc  *ipcMaps // same-host peer and Config.CUDA set; else nil
+}
+
+// close releases the segment's connections and IPC mappings.
+func (s *peerSeg) close() error {
+	if s.ipc != nil {
+		s.ipc.close()
+	}
+	return s.peer.Close()
 }
 
 // New starts an engine: the transport listens and the engine publishes its
@@ -99,6 +116,7 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		cfg.HostID = hostID()
 	}
 	e := &Engine{cfg: cfg, sem: make(chan struct{}, cfg.Workers)}
+	e.bounces.New = newBounce
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.mu.segs = map[SegmentID]*peerSeg{}
 	e.mu.byName = map[string]SegmentID{}
@@ -146,7 +164,7 @@ func (e *Engine) publish(ctx context.Context) error {
 	desc.Buffers = []metadata.BufferDesc{}
 	for _, b := range e.reg.Buffers() {
 		if b.Remote {
-			desc.Buffers = append(desc.Buffers, metadata.BufferDesc{Name: b.Location, Addr: b.Addr, Length: b.Length})
+			desc.Buffers = append(desc.Buffers, metadata.BufferDesc{Name: b.Location, Addr: b.Addr, Length: b.Length, IPCHandle: b.ipc})
 		}
 	}
 	if err := metadata.PutRPCMeta(ctx, e.cfg.Metadata, e.cfg.Cluster, e.cfg.Name, rpc); err != nil {
@@ -182,6 +200,37 @@ func (e *Engine) RegisterRegion(ctx context.Context, reg *memory.Region, locatio
 		return ErrClosed
 	}
 	return e.register(ctx, remote, func() (Buffer, error) { return e.reg.AddRegion(reg, location, remote) })
+}
+
+// RegisterDeviceMemory registers device (GPU) memory [addr, addr+length)
+// of CUDA device dev as a buffer with location "cuda:<dev>", published
+// under that name when remote. Its bytes are not host-addressable: the
+// engine moves them with Config.CUDA (device-to-host staging for network
+// transports, cudaMemcpy for the local segment, CUDA IPC for same-host
+// peers). When remote, an IPC token is published with the buffer if the
+// runtime can export it (the memory must come from cudaMalloc); otherwise
+// same-host peers use the network path. The memory must stay allocated
+// until UnregisterLocalMemory(addr) and until peers that mapped it closed
+// the segment. Errors: ErrUnsupported ("unsupported: no CUDA runtime")
+// without Config.CUDA; the runtime's CheckDevice error for a bad device;
+// then as RegisterLocalMemory. Mirrors upstream registerLocalMemory with
+// a "cuda:N" location.
+func (e *Engine) RegisterDeviceMemory(ctx context.Context, addr, length uint64, dev int, remote bool) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	rt := e.cfg.CUDA
+	if rt == nil {
+		return fmt.Errorf("%w: no CUDA runtime: engine %q has no Config.CUDA, cannot register device memory [%#x,+%d) on cuda:%d", ErrUnsupported, e.cfg.Name, addr, length, dev)
+	}
+	if err := rt.CheckDevice(dev); err != nil {
+		return fmt.Errorf("transfer: register device memory [%#x,+%d) on cuda:%d: %w", addr, length, dev, err)
+	}
+	var token string
+	if remote && length > 0 {
+		token, _ = rt.ExportIPC(dev, addr, length) // no token: peers use the network path
+	}
+	return e.register(ctx, remote, func() (Buffer, error) { return e.reg.AddDevice(rt, addr, length, dev, remote, token) })
 }
 
 // register adds a buffer with add and publishes it when remote, rolling the
@@ -248,8 +297,9 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 		}
 		return 0, fmt.Errorf("transfer: open segment %q: %w", name, err)
 	}
+	sameHost := desc.HostID != "" && desc.HostID == e.cfg.HostID
 	var local Peer
-	if e.cfg.Local != nil && desc.ShmSocket != "" && desc.HostID == e.cfg.HostID {
+	if e.cfg.Local != nil && desc.ShmSocket != "" && sameHost {
 		ld := *desc
 		ld.Protocol = e.cfg.Local.Protocol()
 		local, _ = e.cfg.Local.Dial(ctx, ld, metadata.RPCMeta{IPOrHostName: desc.ShmSocket})
@@ -266,6 +316,10 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 	if local != nil {
 		peer = &fallbackPeer{first: local, second: peer}
 	}
+	s := &peerSeg{name: name, desc: desc, peer: peer}
+	if sameHost && e.cfg.CUDA != nil {
+		s.ipc = &ipcMaps{rt: e.cfg.CUDA}
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if id, ok := e.mu.byName[name]; ok { // lost a race with another opener
@@ -274,7 +328,7 @@ func (e *Engine) OpenSegment(ctx context.Context, name string) (SegmentID, error
 	}
 	id := e.mu.nextSeg
 	e.mu.nextSeg++
-	e.mu.segs[id] = &peerSeg{name: name, desc: *desc, peer: peer}
+	e.mu.segs[id] = s
 	e.mu.byName[name] = id
 	return id, nil
 }
@@ -294,9 +348,13 @@ func (e *Engine) RefreshSegment(ctx context.Context, id SegmentID) error {
 		return fmt.Errorf("transfer: refresh segment %q: %w", s.name, err)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if cur, ok := e.mu.segs[id]; ok {
-		cur.desc = *desc
+	cur, ok := e.mu.segs[id]
+	if ok {
+		cur.desc = desc
+	}
+	e.mu.Unlock()
+	if ok && cur.ipc != nil {
+		cur.ipc.sync(deviceBuffers(desc))
 	}
 	return nil
 }
@@ -314,7 +372,7 @@ func (e *Engine) CloseSegment(id SegmentID) error {
 	if !ok {
 		return fmt.Errorf("%w: handle %d", ErrSegmentNotFound, id)
 	}
-	return s.peer.Close()
+	return s.close()
 }
 
 // Close stops the engine (see the package doc for the order). Errors: the
@@ -331,7 +389,7 @@ func (e *Engine) Close() error {
 	e.mu.byName = map[string]SegmentID{}
 	e.mu.Unlock()
 	for _, s := range segs {
-		s.peer.Close()
+		s.close()
 	}
 	err := e.cfg.Transport.Close()
 	if e.cfg.Local != nil {
@@ -344,14 +402,26 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// descInRange reports whether [addr, addr+n) lies inside one buffer of d.
-func descInRange(d *metadata.SegmentDesc, addr, n uint64) bool {
-	for _, b := range d.Buffers {
+// descBuffer returns the buffer of d holding [addr, addr+n), or nil.
+func descBuffer(d *metadata.SegmentDesc, addr, n uint64) *metadata.BufferDesc {
+	for i := range d.Buffers {
+		b := &d.Buffers[i]
 		if addr >= b.Addr && addr-b.Addr < b.Length && n <= b.Length-(addr-b.Addr) {
-			return true
+			return b
 		}
 	}
-	return false
+	return nil
+}
+
+// deviceBuffers lists d's buffers that carry an IPC token.
+func deviceBuffers(d *metadata.SegmentDesc) []bufferRef {
+	var out []bufferRef
+	for _, b := range d.Buffers {
+		if b.IPCHandle != "" {
+			out = append(out, bufferRef{addr: b.Addr, dev: parseDeviceLocation(b.Name), token: b.IPCHandle})
+		}
+	}
+	return out
 }
 
 // hostID identifies this machine: /etc/machine-id, else the hostname.

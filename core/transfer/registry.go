@@ -3,6 +3,7 @@ package transfer
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/mooncake-go/mooncake/core/memory"
@@ -14,7 +15,9 @@ import (
 type Target interface {
 	// Resolve returns the registered bytes [addr, addr+length) or an error
 	// wrapping ErrAddressNotRegistered when the range is not entirely inside
-	// one remote-accessible buffer (length 0 is invalid too).
+	// one remote-accessible buffer (length 0 is invalid too), or
+	// ErrUnsupported when that buffer is device memory, which has no host
+	// bytes (see DeviceTarget).
 	Resolve(addr, length uint64) ([]byte, error)
 }
 
@@ -24,8 +27,14 @@ type Buffer struct {
 	Length   uint64 // bytes
 	Location string // "cpu:0", "cuda:0", or "*" (upstream's location tag)
 	Remote   bool   // visible to peers (upstream remote_accessible)
-	bytes    []byte
-	region   *memory.Region // set by AddRegion; its memory file, if any, is what FDFor hands out
+	// Device is set for device (GPU) memory added with AddDevice: Addr is
+	// a device address, Location is "cuda:N", and there are no host bytes.
+	Device bool
+	bytes  []byte         // host memory; nil for device memory
+	region *memory.Region // set by AddRegion; its memory file, if any, is what FDFor hands out
+	dev    int            // device ordinal of device memory
+	rt     DeviceRuntime  // reaches device memory
+	ipc    string         // IPC token of remote-accessible device memory, if exported
 }
 
 // Registry is the set of buffers registered with one engine. It implements
@@ -37,9 +46,10 @@ type Registry struct {
 	}
 }
 
-// Add registers buf. Errors: ErrInvalidArgument for an empty buffer;
-// ErrAddressOverlapped if it overlaps a registered buffer (upstream rejects
-// overlapping registration the same way).
+// Add registers buf. Errors: ErrInvalidArgument for an empty buffer or a
+// device location ("cuda:N": device memory is not host bytes, see
+// AddDevice); ErrAddressOverlapped if it overlaps a registered buffer
+// (upstream rejects overlapping registration the same way).
 func (r *Registry) Add(buf []byte, location string, remote bool) (Buffer, error) {
 	return r.add(buf, nil, location, remote)
 }
@@ -58,7 +68,34 @@ func (r *Registry) add(buf []byte, reg *memory.Region, location string, remote b
 	if location == "" {
 		location = "*"
 	}
-	b := Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf, region: reg}
+	if strings.HasPrefix(location, deviceLocation) {
+		return Buffer{}, fmt.Errorf("%w: location %q is device memory; register GPU memory with RegisterDeviceMemory, not as host bytes", ErrInvalidArgument, location)
+	}
+	return r.insert(Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf, region: reg})
+}
+
+// AddDevice registers device memory [addr, addr+length) of device dev,
+// reached through rt, with location "cuda:<dev>". ipc is the IPC token
+// published to same-host peers (empty: none). Errors: ErrInvalidArgument
+// for an empty range, a range wrapping the address space, dev < 0 or a nil
+// rt; ErrAddressOverlapped as Add.
+func (r *Registry) AddDevice(rt DeviceRuntime, addr, length uint64, dev int, remote bool, ipc string) (Buffer, error) {
+	switch {
+	case length == 0:
+		return Buffer{}, fmt.Errorf("%w: register an empty device buffer", ErrInvalidArgument)
+	case length > ^uint64(0)-addr:
+		return Buffer{}, fmt.Errorf("%w: device range [%#x,+%d) wraps the address space", ErrInvalidArgument, addr, length)
+	case dev < 0:
+		return Buffer{}, fmt.Errorf("%w: device %d", ErrInvalidArgument, dev)
+	case rt == nil:
+		return Buffer{}, fmt.Errorf("%w: device buffer without a runtime", ErrInvalidArgument)
+	}
+	loc := deviceLocation + fmt.Sprint(dev)
+	return r.insert(Buffer{Addr: addr, Length: length, Location: loc, Remote: remote, Device: true, dev: dev, rt: rt, ipc: ipc})
+}
+
+// insert adds b, keeping the buffers sorted and non-overlapping.
+func (r *Registry) insert(b Buffer) (Buffer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := sort.Search(len(r.mu.bufs), func(i int) bool { return r.mu.bufs[i].Addr >= b.Addr })
@@ -108,10 +145,34 @@ func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) 
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if b, ok := r.findLocked(addr, length, remoteOnly); ok {
+		if b.Device {
+			return nil, fmt.Errorf("%w: [%#x,+%d) is device memory (%s), not host bytes", ErrUnsupported, addr, length, b.Location)
+		}
 		off := addr - b.Addr
 		return b.bytes[off : off+length : off+length], nil
 	}
 	return nil, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
+}
+
+// lookupDevice returns the device range [addr, addr+length) when it lies
+// inside one registered device buffer (remote-accessible only, if
+// remoteOnly).
+func (r *Registry) lookupDevice(addr, length uint64, remoteOnly bool) (DeviceRange, error) {
+	if length == 0 {
+		return DeviceRange{}, fmt.Errorf("%w: zero-length range at %#x", ErrInvalidArgument, addr)
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if b, ok := r.findLocked(addr, length, remoteOnly); ok && b.Device {
+		return DeviceRange{Device: b.dev, Addr: addr, Length: length, rt: b.rt}, nil
+	}
+	return DeviceRange{}, fmt.Errorf("%w: [%#x,+%d) is not in a device buffer", ErrAddressNotRegistered, addr, length)
+}
+
+// ResolveDevice implements DeviceTarget: only remote-accessible device
+// buffers are reachable.
+func (r *Registry) ResolveDevice(addr, length uint64) (DeviceRange, error) {
+	return r.lookupDevice(addr, length, true)
 }
 
 // findLocked returns the buffer holding [addr, addr+length) (remote-accessible
@@ -162,7 +223,13 @@ func (r *Registry) Resolve(addr, length uint64) ([]byte, error) {
 	return r.lookup(addr, length, true)
 }
 
-// Local resolves a range for this process's own use (any registered buffer).
+// Local resolves a range for this process's own use (any registered
+// buffer). Errors as Resolve.
 func (r *Registry) Local(addr, length uint64) ([]byte, error) {
 	return r.lookup(addr, length, false)
+}
+
+// localDevice resolves a device range for this process's own use.
+func (r *Registry) localDevice(addr, length uint64) (DeviceRange, error) {
+	return r.lookupDevice(addr, length, false)
 }

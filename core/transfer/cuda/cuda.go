@@ -107,6 +107,11 @@ type Runtime struct {
 	ipcOpen        func(ptr *uintptr, h IpcMemHandle, flags uint32) int32
 	ipcClose       func(ptr uintptr) int32
 	errorString    func(code int32) string
+	streamSync     func(stream uintptr) int32
+	// addrRange is the driver's cuMemGetAddressRange_v2 (allocation base
+	// and size of a device pointer); nil when no driver library exposes
+	// it, and then ExportIPC is unsupported.
+	addrRange func(base *uintptr, size *uint64, ptr uintptr) int32
 }
 
 // Load opens the CUDA runtime: the library named by $MC_CUDART_PATH when
@@ -163,6 +168,7 @@ func bind(lib uintptr, path string) (*Runtime, error) {
 		{&r.ipcOpen, "cudaIpcOpenMemHandle"},
 		{&r.ipcClose, "cudaIpcCloseMemHandle"},
 		{&r.errorString, "cudaGetErrorString"},
+		{&r.streamSync, "cudaStreamSynchronize"},
 	} {
 		sym, err := purego.Dlsym(lib, b.name)
 		if err != nil {
@@ -170,6 +176,7 @@ func bind(lib uintptr, path string) (*Runtime, error) {
 		}
 		purego.RegisterFunc(b.fn, sym)
 	}
+	r.bindDriver(lib)
 	return r, nil
 }
 

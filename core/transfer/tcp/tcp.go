@@ -12,6 +12,15 @@
 // before touching memory; a rejected WRITE's payload is drained and
 // discarded, so an out-of-range request changes nothing.
 //
+// Device (GPU) memory: when the target is a transfer.DeviceTarget and a
+// range is one of its device buffers, the server moves the bytes through a
+// per-connection host bounce buffer (at most deviceChunk bytes): a WRITE's
+// payload is received chunk by chunk and copied host to device, and
+// acknowledged only after the last copy landed; a READ is copied device to
+// host chunk by chunk and sent. A failed copy rejects the request (a READ
+// whose first chunk already went out drops the connection instead). Host
+// ranges never take this path.
+//
 // A request is cut into slices (SliceSize, default 64 KiB as upstream) that
 // are striped over up to Stripe connections of a per-peer pool (opened
 // lazily, at most MaxConnsPerPeer open, idle ones closed after IdleTimeout);
@@ -49,6 +58,9 @@ const (
 	statusOK         = 0
 	statusRej        = 1
 )
+
+// deviceChunk caps a connection's bounce buffer for device memory.
+const deviceChunk = 1 << 20
 
 // Config configures a TCP transport. Zero values take the defaults.
 type Config struct {
@@ -238,6 +250,8 @@ func serve(c net.Conn, target transfer.Target) {
 	}
 	br := bufio.NewReaderSize(c, serverReadBuffer)
 	bw := bufio.NewWriterSize(c, 512)
+	dt, _ := target.(transfer.DeviceTarget)
+	var bounce []byte // device memory staging, allocated on first use
 	var hdr [headerLen]byte
 	var st [statusLen]byte
 	var resp [2][]byte // status frame + READ payload, one vectored write
@@ -261,6 +275,14 @@ func serve(c net.Conn, target transfer.Target) {
 		v2 := op&protoV2 != 0
 		op &^= protoV2
 		buf, rerr := target.Resolve(addr, size)
+		if rerr != nil && dt != nil {
+			if dr, err := dt.ResolveDevice(addr, size); err == nil {
+				if !serveDevice(c, br, bw, ack, &bounce, dr, transfer.Opcode(op), v2) {
+					return
+				}
+				continue
+			}
+		}
 		switch transfer.Opcode(op) {
 		case transfer.Write:
 			if rerr != nil {
@@ -306,6 +328,67 @@ func serve(c net.Conn, target transfer.Target) {
 			return // unknown opcode: protocol error, drop the connection
 		}
 	}
+}
+
+// serveDevice serves one request on the device range dr through the
+// connection's bounce buffer (grown to at most deviceChunk bytes). It
+// returns false when the connection must be dropped.
+func serveDevice(c net.Conn, br *bufio.Reader, bw *bufio.Writer, ack func(uint64) error, bounce *[]byte, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
+	size := dr.Length
+	if want := int(min(size, deviceChunk)); len(*bounce) < want {
+		*bounce = make([]byte, want)
+	}
+	b := *bounce
+	switch op {
+	case transfer.Write:
+		var cerr error
+		for off := uint64(0); off < size; {
+			n := min(size-off, uint64(len(b)))
+			if _, err := io.ReadFull(br, b[:n]); err != nil {
+				return false
+			}
+			if cerr == nil {
+				cerr = dr.CopyIn(off, b[:n])
+			}
+			off += n
+		}
+		if !v2 {
+			return cerr == nil && (br.Buffered() > 0 || bw.Flush() == nil)
+		}
+		if cerr != nil {
+			return ack(statusRej) == nil
+		}
+		return ack(statusOK) == nil
+	case transfer.Read:
+		n := min(size, uint64(len(b)))
+		if err := dr.CopyOut(b[:n], 0); err != nil {
+			return v2 && ack(statusRej) == nil
+		}
+		if bw.Buffered() > 0 && bw.Flush() != nil { // earlier acks go first
+			return false
+		}
+		if v2 {
+			var st [statusLen]byte
+			binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
+			nb := net.Buffers{st[:], b[:n]}
+			if _, err := nb.WriteTo(c); err != nil {
+				return false
+			}
+		} else if _, err := c.Write(b[:n]); err != nil {
+			return false
+		}
+		for off := n; off < size; off += n {
+			n = min(size-off, uint64(len(b)))
+			if dr.CopyOut(b[:n], off) != nil {
+				return false // part of the response is out: only dropping the connection tells the peer
+			}
+			if _, err := c.Write(b[:n]); err != nil {
+				return false
+			}
+		}
+		return true
+	}
+	return false // unknown opcode: protocol error
 }
 
 // Close implements transfer.Transport: stops accepting, closes served
