@@ -295,7 +295,7 @@ func serve(c net.Conn, target transfer.Target) {
 				}
 				continue
 			}
-			if _, err := io.ReadFull(br, buf); err != nil {
+			if readPayload(br, c, buf) != nil {
 				return
 			}
 			if v2 && ack(statusOK) != nil {
@@ -411,5 +411,19 @@ func (t *Transport) Close() error {
 		err = ln.Close()
 	}
 	t.wg.Wait()
+	return err
+}
+
+// readPayload fills buf with the next len(buf) bytes of the stream: what
+// br already buffered, then the rest straight from c, so payload bytes are
+// copied once (into registered memory), not through br's buffer.
+func readPayload(br *bufio.Reader, c net.Conn, buf []byte) error {
+	n := min(br.Buffered(), len(buf))
+	if n > 0 {
+		if _, err := io.ReadFull(br, buf[:n]); err != nil {
+			return err
+		}
+	}
+	_, err := io.ReadFull(c, buf[n:])
 	return err
 }
