@@ -122,6 +122,10 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	e.mu.byName = map[string]SegmentID{}
 	e.mu.nextSeg = 1
 	e.mu.batches = map[BatchID]*batch{}
+	if err := e.checkNameFree(ctx); err != nil {
+		e.cancel()
+		return nil, err
+	}
 	if err := cfg.Transport.Listen(cfg.Name, &e.reg); err != nil {
 		return nil, fmt.Errorf("transfer: engine %q: listen: %w", cfg.Name, err)
 	}
@@ -140,6 +144,31 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
+}
+
+// checkNameFree refuses a segment name whose published descriptor belongs
+// to an engine that still answers (two processes with one local_hostname
+// would overwrite each other's descriptor). A stale descriptor of a dead
+// engine is taken over.
+func (e *Engine) checkNameFree(ctx context.Context) error {
+	p, ok := e.cfg.Transport.(Prober)
+	if !ok {
+		return nil
+	}
+	desc, err := metadata.GetSegment(ctx, e.cfg.Metadata, e.cfg.Cluster, e.cfg.Name)
+	if err != nil || desc.Protocol != e.cfg.Transport.Protocol() {
+		return nil
+	}
+	rpc, err := metadata.GetRPCMeta(ctx, e.cfg.Metadata, e.cfg.Cluster, e.cfg.Name)
+	if err != nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if p.Probe(pctx, *desc, rpc) == nil {
+		return fmt.Errorf("%w: segment name %q is in use by a live engine at %s:%d (local_hostname must be unique)", ErrInvalidArgument, e.cfg.Name, rpc.IPOrHostName, desc.TCPDataPort)
+	}
+	return nil
 }
 
 // Name is the engine's segment name.
@@ -174,6 +203,16 @@ func (e *Engine) publish(ctx context.Context) error {
 		return fmt.Errorf("transfer: engine %q: publish segment: %w", e.cfg.Name, err)
 	}
 	return nil
+}
+
+// Republish writes this engine's rpc_meta entry and segment descriptor to
+// the metadata store again, e.g. after a metadata server restart lost them
+// (upstream re-publishes on remount). Errors: the metadata store's.
+func (e *Engine) Republish(ctx context.Context) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.publish(ctx)
 }
 
 // RegisterLocalMemory registers buf as a buffer of this engine's segment.

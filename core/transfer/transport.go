@@ -38,3 +38,10 @@ type Peer interface {
 	// Close releases the peer's connections.
 	Close() error
 }
+
+// Prober is an optional Transport feature: Probe reports whether a live
+// engine answers at the address a descriptor publishes (nil = alive). The
+// engine uses it to refuse a segment name that a running peer already owns.
+type Prober interface {
+	Probe(ctx context.Context, d metadata.SegmentDesc, rpc metadata.RPCMeta) error
+}

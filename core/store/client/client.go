@@ -231,8 +231,14 @@ func (c *Client) heartbeat() {
 			return
 		case <-t.C:
 			need, err := c.ping(context.Background())
-			if err == nil && need && c.segment != nil {
-				_ = c.mount(context.Background())
+			if err == nil && need {
+				// The master restarted (or dropped us): the embedded HTTP
+				// metadata server may have lost our descriptor too, so
+				// publish it again before remounting (upstream #2246).
+				_ = c.engine.Republish(context.Background())
+				if c.segment != nil {
+					_ = c.mount(context.Background())
+				}
 			}
 		}
 	}

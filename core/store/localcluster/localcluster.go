@@ -52,9 +52,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	c = &Cluster{Master: p, shm: opts.Shm}
+	started := c // c is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
-			c.Close()
+			started.Close()
 		}
 	}()
 	for i := 0; i < opts.Nodes; i++ {

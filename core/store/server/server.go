@@ -9,6 +9,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -106,6 +107,12 @@ func (s *Server) tickLoop(every time.Duration) {
 func status(err error) *pb.Status {
 	if err == nil {
 		return &pb.Status{}
+	}
+	// The code travels in its own field: send only the message naming the
+	// object, so the client does not print "OBJECT_NOT_FOUND" twice.
+	var se *store.Error
+	if errors.As(err, &se) {
+		return &pb.Status{Code: int32(se.Code), Message: se.Msg}
 	}
 	return &pb.Status{Code: int32(store.CodeOf(err)), Message: err.Error()}
 }

@@ -39,6 +39,20 @@ func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metada
 	return p, nil
 }
 
+// Probe implements transfer.Prober: it connects to the descriptor's data
+// port (bounded by DialTimeout and ctx) and closes the connection at once.
+func (t *Transport) Probe(ctx context.Context, d metadata.SegmentDesc, rpc metadata.RPCMeta) error {
+	if d.TCPDataPort <= 0 || rpc.IPOrHostName == "" {
+		return fmt.Errorf("%w: segment %q has no tcp address", transfer.ErrInvalidArgument, d.Name)
+	}
+	dl := net.Dialer{Timeout: t.cfg.DialTimeout}
+	c, err := dl.DialContext(ctx, "tcp", net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort)))
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 type pooledConn struct {
 	net.Conn
 	lastUsed time.Time

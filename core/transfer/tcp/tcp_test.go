@@ -2,10 +2,13 @@ package tcp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
@@ -93,3 +96,36 @@ func TestRawOutOfRange(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestDuplicateNameRefused: a second engine with the name of a live one is
+// refused (it would overwrite the first one's descriptor); once the first
+// is gone, the name can be reused.
+func TestDuplicateNameRefused(t *testing.T) {
+	ctx := context.Background()
+	meta := memmeta.New()
+	a, err := transfer.New(ctx, transfer.Config{Name: "dup", Metadata: meta, Transport: tcp.New(tcp.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = transfer.New(ctx, transfer.Config{Name: "dup", Metadata: meta, Transport: tcp.New(tcp.Config{})})
+	if !errors.Is(err, transfer.ErrInvalidArgument) || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second engine named dup: %v, want a name-in-use error", err)
+	}
+	// A stale descriptor of a dead engine does not block the name.
+	desc, _ := metadata.GetSegment(ctx, meta, "", "dup")
+	rpc, _ := metadata.GetRPCMeta(ctx, meta, "", "dup")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := metadata.PutSegment(ctx, meta, "", *desc); err != nil {
+		t.Fatal(err)
+	}
+	if err := metadata.PutRPCMeta(ctx, meta, "", "dup", rpc); err != nil {
+		t.Fatal(err)
+	}
+	b, err := transfer.New(ctx, transfer.Config{Name: "dup", Metadata: meta, Transport: tcp.New(tcp.Config{})})
+	if err != nil {
+		t.Fatalf("name with a stale descriptor: %v", err)
+	}
+	b.Close()
+}
