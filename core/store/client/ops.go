@@ -221,7 +221,7 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 	// First attempt: replica 0 of every key (one batch); failed keys retry
 	// on their other replicas one by one.
 	reqs := make([]transfer.Request, 0, len(keys))
-	type span struct{ key, first, n int } // a key's requests in reqs
+	type span struct{ key, first, n, rep int } // a key's requests in reqs, and the replica they read
 	idx := make([]span, 0, len(keys))
 	var lease time.Duration
 	for i, r := range resp.Results {
@@ -239,13 +239,23 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			continue
 		}
 		lease = time.Duration(r.LeaseTtlMs) * time.Millisecond
-		rs, err := c.transferReqs(ctx, transfer.Read, r.Replicas[c.pick(r.Replicas)], dsts[i])
+		// The preferred replica first; if its segment cannot even be
+		// opened (peer gone from the metadata store), the next one.
+		rep := c.pick(r.Replicas)
+		rs, err := c.transferReqs(ctx, transfer.Read, r.Replicas[rep], dsts[i])
+		for k := 0; err != nil && k < len(r.Replicas); k++ {
+			if k != c.pick(r.Replicas) {
+				if rs, err = c.transferReqs(ctx, transfer.Read, r.Replicas[k], dsts[i]); err == nil {
+					rep = k
+				}
+			}
+		}
 		if err != nil {
-			errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], err)
+			errs[i] = store.Errorf(store.TransferFail, "key %q: no replica reachable: %v", keys[i], err)
 			continue
 		}
 		reqs = append(reqs, rs...)
-		idx = append(idx, span{i, len(reqs) - len(rs), len(rs)})
+		idx = append(idx, span{i, len(reqs) - len(rs), len(rs), rep})
 	}
 	st, terr := c.run(ctx, reqs)
 	for _, sp := range idx {
@@ -256,13 +266,12 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			cause = failed(st[sp.first : sp.first+sp.n])
 		}
 		if cause == nil {
-			n[i] = int(r.Replicas[0].Size)
+			n[i] = int(r.Replicas[sp.rep].Size)
 			continue
 		}
 		errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], cause)
-		first := c.pick(r.Replicas)
 		for k, rep := range r.Replicas {
-			if k == first || ctx.Err() != nil {
+			if k == sp.rep || ctx.Err() != nil {
 				continue
 			}
 			rs, err := c.transferReqs(ctx, transfer.Read, rep, dsts[i])
