@@ -289,6 +289,11 @@ func TestReplayBadFlags(t *testing.T) {
 		{"no nodes", []string{"--nodes", "0"}, []string{"--nodes"}},
 		{"negative speed", []string{"--speed", "-1"}, []string{"--speed"}},
 		{"unknown flag", []string{"--bogus"}, []string{"--bogus"}},
+		{"speed not finite", []string{"--speed", "NaN"}, []string{"--speed"}},
+		{"negative limit", []string{"--limit", "-1"}, []string{"--limit"}},
+		{"pool smaller than a token", []string{"--pool-size", "1B"}, []string{"less than one token"}},
+		{"pool larger than the machine", []string{"--model", "llama3-70b", "--capacity-tokens", "100000000"}, []string{"available memory"}},
+		{"eviction ratio out of range", []string{"--eviction-ratio", "5"}, []string{"--eviction-ratio"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mooncake(t, 30*time.Second, append([]string{"replay"}, tc.args...)...)
@@ -305,6 +310,21 @@ func TestReplayBadFlags(t *testing.T) {
 				t.Errorf("stdout not empty:\n%s", r.stdout)
 			}
 		})
+	}
+}
+
+// TestReplayFailsWhenBlocksCannotBeStored: a pool smaller than one block
+// stores nothing; the replay reports it and exits 1 instead of 0.
+func TestReplayFailsWhenBlocksCannotBeStored(t *testing.T) {
+	r := mooncake(t, 60*time.Second, "replay", "--capacity-tokens", "100", "--limit", "5", "--json")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1; stderr %q", r.code, r.stderr)
+	}
+	if line := oneLine(t, r.stderr); !strings.Contains(line, "could not be stored") {
+		t.Fatalf("stderr %q", line)
+	}
+	if !strings.Contains(r.stdout, `"put_failures":`) || strings.Contains(r.stdout, `"put_failures":0,`) {
+		t.Fatalf("report shows no put failures: %s", r.stdout)
 	}
 }
 

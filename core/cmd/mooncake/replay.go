@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -108,6 +112,9 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 			return usage("--pool-size %q: must be a positive size such as 512MiB or 4GiB", f.poolSize)
 		}
 		capTokens = n / bpt
+		if capTokens == 0 {
+			return usage("--pool-size %s holds less than one token at %d B/token", f.poolSize, bpt)
+		}
 	}
 	if capTokens == 0 {
 		capTokens = defaultCapacityTokens
@@ -118,10 +125,30 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if f.nodes <= 0 {
 		return usage("--nodes %d must be > 0", f.nodes)
 	}
-	if f.speed < 0 {
-		return usage("--speed %v must be >= 0", f.speed)
+	if f.speed < 0 || math.IsNaN(f.speed) || math.IsInf(f.speed, 0) {
+		return usage("--speed %v must be a finite number >= 0", f.speed)
+	}
+	if f.limit < 0 {
+		return usage("--limit %d must be >= 0 (0 = all)", f.limit)
+	}
+	if f.leaseTTL <= 0 {
+		return usage("--lease-ttl %v must be > 0", f.leaseTTL)
+	}
+	if f.evictRatio <= 0 || f.evictRatio > 1 || f.watermark <= 0 || f.watermark > 1 {
+		return usage("--eviction-ratio %v and --eviction-high-watermark %v must be in (0,1]", f.evictRatio, f.watermark)
+	}
+	if capTokens > math.MaxInt64/bpt {
+		return usage("%d tokens at %d B/token overflow", capTokens, bpt)
 	}
 	poolBytes := capTokens * bpt
+	if f.masterAddr == "" {
+		// The in-process pool maps its memory here: refuse sizes this
+		// machine cannot hold instead of swapping or being killed.
+		if avail := availableMemory(); avail > 0 && poolBytes > avail/2 {
+			return usage("an in-process pool of %s (%d tokens at %d B/token) exceeds half of this machine's available memory (%s); pass a smaller --pool-size or --capacity-tokens",
+				geometry.FormatSize(poolBytes), capTokens, bpt, geometry.FormatSize(avail))
+		}
+	}
 
 	// Trace: parsed whole before anything starts, so a bad line costs nothing.
 	var reqs []trace.Request
@@ -187,7 +214,15 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		}
 	}
 
-	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed}
+	// Keys are namespaced by trace and geometry, so replays of different
+	// traces against one pool do not read each other's blocks.
+	traceName := traces.ConversationName
+	if f.tracePath != "" {
+		traceName = filepath.Base(f.tracePath)
+	}
+	traceName = strings.TrimSuffix(strings.TrimSuffix(traceName, " (embedded)"), ".jsonl")
+	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed,
+		Namespace: fmt.Sprintf("mooncake-go/replay/%s/%dB/", traceName, bpt)}
 	if term.IsTerminal(int(os.Stderr.Fd())) && !f.jsonOut {
 		bar := progressbar.NewOptions(len(reqs), progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription("replay"), progressbar.OptionShowCount(),
@@ -212,7 +247,27 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if runErr != nil {
 		return &exitError{1, "mooncake replay: " + runErr.Error()}
 	}
+	if rep.ContentMismatches > 0 || rep.PutFailures > 0 {
+		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (is the pool smaller than a request, or are its nodes unreachable?)", rep.ContentMismatches, rep.PutFailures)}
+	}
 	return nil
+}
+
+// availableMemory is MemAvailable from /proc/meminfo in bytes, or 0.
+func availableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 func readAll(r *trace.Reader, limit int) ([]trace.Request, error) {
