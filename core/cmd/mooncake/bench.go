@@ -67,6 +67,9 @@ func benchTransferCmd() *cobra.Command {
 				return usageOf("bench transfer", "--batch_size, --threads and --duration must be > 0")
 			}
 			size := transferbench.BufferSize(cfg)
+			if avail := availableMemory(); avail > 0 && int64(size) > avail/4 {
+				return usageOf("bench transfer", "block_size x batch_size x threads = %s per engine exceeds a quarter of the available memory (%s)", geometry.FormatSize(int64(size)), geometry.FormatSize(avail))
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 

@@ -3,9 +3,11 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/topology"
 )
 
 // Protocol is the protocol name the transport publishes ("rdma").
@@ -34,9 +36,38 @@ const GIDAuto = -1
 // except GIDIndex, whose zero value is GID index 0 (use GIDAuto or
 // DefaultConfig for the automatic choice).
 type Config struct {
-	// Device is the verbs device to open ("mlx5_0"); default the first one
-	// ibv_get_device_list returns.
+	// Device is a single verbs device to open ("mlx5_0"); the same as
+	// Devices: []string{Device}. Set at most one of Device and Devices.
 	Device string
+	// Devices are the verbs devices to open, one context (protection
+	// domain, completion queue, queue pairs) each (upstream's device_name
+	// list, "mlx5_0,mlx5_1"). Every named device must open. Default: the
+	// devices Matrix names, when it is set, else every device
+	// ibv_get_device_list returns; defaulted devices that fail to open
+	// (port not active) are skipped, as upstream disables them, and New
+	// fails only when none opens.
+	Devices []string
+	// Matrix is the NIC priority matrix (topology.ParseMatrix's form:
+	// location -> [preferred devices, other devices]) used to choose
+	// devices per slice and published to peers (upstream
+	// MC_CUSTOM_TOPO_JSON). Default: discovered from sysfs
+	// (topology.DiscoverWith(...).PriorityMatrix() filtered to the opened
+	// devices). Devices that did not open are removed from it; when it then
+	// names no device, every opened device serves every location.
+	Matrix map[string][2][]string
+	// RoundRobin makes each slice's first attempt cycle through the
+	// preferred devices instead of drawing one at random (upstream
+	// MC_PATH_ROUNDROBIN).
+	RoundRobin bool
+	// DestDeviceAffinity makes a slice use the peer device with the same
+	// name as the local one whenever the peer's matrix lists it for the
+	// target buffer (upstream MC_ENABLE_DEST_DEVICE_AFFINITY; rail-optimised
+	// fabrics).
+	DestDeviceAffinity bool
+	// RetryCount is how many times a failed slice is resubmitted, each
+	// time on the next path of the retry walk (topology.Selector), before
+	// the request fails; default 9 (MC_RETRY_CNT); negative: never.
+	RetryCount int
 	// Port is the HCA port; default 1 (upstream MC_IB_PORT).
 	Port int
 	// GIDIndex is the GID table index, or GIDAuto (upstream MC_GID_INDEX).
@@ -62,8 +93,9 @@ type Config struct {
 	// MaxInline is the largest WRITE slice in bytes sent inline in the work
 	// request; default 64 (MC_MAX_INLINE).
 	MaxInline int
-	// QPsPerPeer caps the queue pairs (and so the parallel requests) per
-	// peer; default 2 (MC_NUM_QP_PER_EP).
+	// QPsPerPeer caps the queue pairs per endpoint, i.e. per (local
+	// device, peer device) pair of one peer, and so the requests running
+	// in parallel on that path; default 2 (MC_NUM_QP_PER_EP).
 	QPsPerPeer int
 	// SliceSize is the bytes per work request; default 65536
 	// (MC_SLICE_SIZE).
@@ -105,6 +137,7 @@ func (c *Config) setDefaults() {
 	def(&c.QPsPerPeer, 2)
 	def(&c.SliceSize, 65536)
 	def(&c.MaxMessage, 1<<20)
+	def(&c.RetryCount, 9)
 	if c.BindAddr == "" {
 		c.BindAddr = "127.0.0.1:0"
 	}
@@ -147,8 +180,39 @@ func (c *Config) Validate() error {
 		return bad("SliceSize", c.SliceSize)
 	case c.MaxMessage < 256:
 		return bad("MaxMessage", c.MaxMessage)
+	case c.Device != "" && len(c.Devices) > 0:
+		return fmt.Errorf("%w: rdma config: set Device (%q) or Devices (%v), not both", transfer.ErrInvalidArgument, c.Device, c.Devices)
+	}
+	seen := map[string]bool{}
+	for _, d := range c.Devices {
+		if d == "" || seen[d] {
+			return bad("Devices", c.Devices)
+		}
+		seen[d] = true
 	}
 	return nil
+}
+
+// deviceNames returns the devices New opens given the devices libibverbs
+// lists (avail), and whether they were named (Device, Devices): named
+// devices must all open, defaulted ones may be skipped. The default is the
+// devices of Matrix that avail lists, in the order topology.Resolve gives
+// them, else avail.
+func (c *Config) deviceNames(avail []string) (names []string, named bool) {
+	switch {
+	case c.Device != "":
+		return []string{c.Device}, true
+	case len(c.Devices) > 0:
+		return slices.Clone(c.Devices), true
+	case c.Matrix != nil:
+		for _, d := range topology.Resolve(c.Matrix)[topology.WildcardLocation][0] {
+			if slices.Contains(avail, d) {
+				names = append(names, d)
+			}
+		}
+		return names, false
+	}
+	return slices.Clone(avail), false
 }
 
 // mtuEnum maps an MTU in bytes to enum ibv_mtu (IBV_MTU_256 = 1 ...
@@ -167,19 +231,4 @@ func mtuEnum(bytes int) int {
 		return 5
 	}
 	return 0
-}
-
-// forEachSlice splits [0, n) into work requests of at most size bytes, calling
-// f(offset, length) for each in order; it stops at the first error.
-func forEachSlice(n, size uint64, f func(off, length uint64) error) error {
-	for off := uint64(0); off < n; off += size {
-		l := size
-		if n-off < l {
-			l = n - off
-		}
-		if err := f(off, l); err != nil {
-			return err
-		}
-	}
-	return nil
 }

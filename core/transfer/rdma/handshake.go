@@ -12,9 +12,10 @@ import (
 // Control-channel operations. Each request is answered by exactly one
 // response with the same op, or with op "error".
 const (
-	opConnect = "connect" // QP exchange: request and response carry a qpInfo
-	opMR      = "mr"      // rkey for [addr, addr+length): response carries the MR
-	opError   = "error"   // failure: Code and Error set
+	opConnect  = "connect"  // QP exchange: request and response carry a qpInfo; the request's Dev names the target's device
+	opMR       = "mr"       // rkeys for [addr, addr+length): response carries the MR, one rkey per target device, and its location
+	opTopology = "topology" // the target's priority matrix and devices (upstream publishes these in the segment descriptor)
+	opError    = "error"    // failure: Code and Error set
 )
 
 // Error codes in an opError response.
@@ -37,16 +38,53 @@ type qpInfo struct {
 
 // message is one control-channel message, one JSON object per line.
 type message struct {
-	Op     string  `json:"op"`
-	QP     *qpInfo `json:"qp,omitempty"`
-	Addr   uint64  `json:"addr,omitempty"`   // opMR request: range start; response: MR start
-	Length uint64  `json:"length,omitempty"` // opMR request: range length; response: MR length
-	RKey   uint32  `json:"rkey,omitempty"`
-	// Release lists target QPNs the initiator abandoned (opConnect
+	Op string  `json:"op"`
+	QP *qpInfo `json:"qp,omitempty"`
+	// Dev names, in an opConnect request, the target device that holds
+	// the target's end of the QP; empty: its first device.
+	Dev    string `json:"dev,omitempty"`
+	Addr   uint64 `json:"addr,omitempty"`   // opMR request: range start; response: MR start
+	Length uint64 `json:"length,omitempty"` // opMR request: range length; response: MR length
+	// RKeys (opMR response) holds the region's rkey on each target device,
+	// in the order of Devices.
+	RKeys []uint32 `json:"rkeys,omitempty"`
+	// Devices (opMR and opTopology responses) lists the target's opened
+	// devices.
+	Devices []string `json:"devices,omitempty"`
+	// Location (opMR response) is the location tag of the target buffer
+	// ("cpu:0", "*"), which selects its entry in the target's matrix.
+	Location string `json:"location,omitempty"`
+	// Matrix (opTopology response) is the target's priority matrix.
+	Matrix map[string][2][]string `json:"matrix,omitempty"`
+	// Release lists target QPs the initiator abandoned (opConnect
 	// request); the target destroys them.
-	Release []uint32 `json:"release,omitempty"`
-	Code    string   `json:"code,omitempty"`
-	Error   string   `json:"error,omitempty"`
+	Release []qpRef `json:"release,omitempty"`
+	Code    string  `json:"code,omitempty"`
+	Error   string  `json:"error,omitempty"`
+}
+
+// qpRef names a target-side QP: QP numbers are unique per device only.
+type qpRef struct {
+	Dev string `json:"dev"`
+	QPN uint32 `json:"qpn"`
+}
+
+// checkMR validates an opMR answer and returns the remote region it
+// describes. Errors: ErrHandshake (wrapped) for keys that do not match the
+// device list or a region that does not cover [addr, addr+n).
+func checkMR(m *message, addr, n uint64) (region, error) {
+	if len(m.Devices) == 0 || len(m.RKeys) != len(m.Devices) {
+		return region{}, fmt.Errorf("%w: %d rkeys for devices %v", ErrHandshake, len(m.RKeys), m.Devices)
+	}
+	loc := m.Location
+	if loc == "" {
+		loc = "*"
+	}
+	r := region{addr: m.Addr, length: m.Length, rkeys: m.RKeys, devices: m.Devices, location: loc, remote: true}
+	if !r.covers(addr, n) {
+		return region{}, fmt.Errorf("%w: target region [%#x,+%d) does not cover [%#x,+%d)", ErrHandshake, r.addr, r.length, addr, n)
+	}
+	return r, nil
 }
 
 // writeMessage sends m as one line. Errors: the encoder's or writer's.

@@ -4,16 +4,32 @@ import (
 	"sync"
 
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/topology"
 )
 
-// region is one registered memory region (or, on the initiator, a remote
-// region's key): [addr, addr+length) with its keys. handle is the verbs
-// object (*C.struct_ibv_mr) in the rdma build, nil for remote keys.
+// region is one buffer registered on every opened device (or, on the
+// initiator, a peer's region and its keys): [addr, addr+length) with one
+// key per device. Local regions index lkeys, rkeys and handles by this
+// transport's device index; peer regions hold rkeys in the order of
+// devices, the peer's device names. handles are the verbs objects
+// (*C.struct_ibv_mr) in the rdma build, nil for peer regions.
 type region struct {
 	addr, length uint64
-	lkey, rkey   uint32
-	remote       bool // registered with remote access
-	handle       any
+	remote       bool   // registered with remote access
+	location     string // the buffer's location tag ("cpu:0", "*"): selects its matrix entry
+	lkeys, rkeys []uint32
+	devices      []string // peer regions: device names, parallel to rkeys
+	handles      []any
+}
+
+// rkeyOn returns a peer region's rkey on the peer device dev.
+func (r region) rkeyOn(dev string) (uint32, bool) {
+	for i, d := range r.devices {
+		if d == dev && i < len(r.rkeys) {
+			return r.rkeys[i], true
+		}
+	}
+	return 0, false
 }
 
 func (r region) covers(addr, length uint64) bool {
@@ -93,13 +109,14 @@ type bufferLister interface {
 }
 
 // registrationRange picks what to register for an access to [addr,
-// addr+length): the whole registered buffer containing it when target can
-// list its buffers (and, for remote access, resolves the whole buffer as
-// remote-accessible), else exactly the range.
-func registrationRange(target transfer.Target, addr, length uint64, remote bool) (uint64, uint64) {
+// addr+length), and its location: the whole registered buffer containing
+// it and the buffer's Location when target can list its buffers (and, for
+// remote access, resolves the whole buffer as remote-accessible), else
+// exactly the range and the wildcard location "*" (any device).
+func registrationRange(target transfer.Target, addr, length uint64, remote bool) (base, size uint64, location string) {
 	l, ok := target.(bufferLister)
 	if !ok {
-		return addr, length
+		return addr, length, topology.WildcardLocation
 	}
 	for _, b := range l.Buffers() {
 		if !(region{addr: b.Addr, length: b.Length}).covers(addr, length) {
@@ -110,7 +127,11 @@ func registrationRange(target transfer.Target, addr, length uint64, remote bool)
 				break
 			}
 		}
-		return b.Addr, b.Length
+		loc := b.Location
+		if loc == "" {
+			loc = topology.WildcardLocation
+		}
+		return b.Addr, b.Length, loc
 	}
-	return addr, length
+	return addr, length, topology.WildcardLocation
 }

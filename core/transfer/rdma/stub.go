@@ -37,6 +37,12 @@ func New(cfg Config) (*Transport, error) {
 // Device returns "" (no device is ever opened in this build).
 func (t *Transport) Device() string { return "" }
 
+// Devices returns nil (no device is ever opened in this build).
+func (t *Transport) Devices() []string { return nil }
+
+// Matrix returns nil (no device is ever opened in this build).
+func (t *Transport) Matrix() map[string][2][]string { return nil }
+
 // Protocol implements transfer.Transport ("rdma").
 func (t *Transport) Protocol() string { return Protocol }
 

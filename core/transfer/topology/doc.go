@@ -32,6 +32,15 @@
 // discovered Topology, so tests build it from a fake sysfs tree
 // (testdata/sysfs) or from hand-written Topology values.
 //
+// Selector implements upstream's per-slice path choice on such a matrix
+// (spec §1.7): a first attempt picks one of the preferred devices of the
+// buffer's location, at random or round-robin (MC_PATH_ROUNDROBIN); retry
+// k walks preferred then other devices, index (k-1) mod their count; a
+// location the matrix lacks falls back to the wildcard entry "*" (every
+// device, see Resolve); PickRemote does the same on a peer's matrix, with
+// optional destination-device affinity (MC_ENABLE_DEST_DEVICE_AFFINITY).
+// It draws from an injected rand.Source, so tests are deterministic.
+//
 // Discovery is I/O at the edge (practice 1): it reads files under a
 // configurable SysfsRoot and ProcRoot, and NVML. A missing or unreadable
 // optional part (no InfiniBand class, no NUMA directory, no NVML) is not an
@@ -39,6 +48,6 @@
 // Warnings). Discover fails only when SysfsRoot itself cannot be read.
 //
 // Concurrency: a Topology is a plain value; its methods only read it and are
-// safe for concurrent use. Discover may be called from several goroutines;
+// safe for concurrent use. A Selector is safe for concurrent use. Discover may be called from several goroutines;
 // each call loads and shuts down its own NVML handle.
 package topology

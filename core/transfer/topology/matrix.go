@@ -25,10 +25,9 @@ import (
 //     can be computed (unresolved paths) but NUMA narrowed the candidates,
 //     the same-node candidates are preferred; upstream would prefer none.
 //
-// With no HCA every entry is [[], []]. Upstream's selectDevice then uses the
-// preferred list (random, or round-robin) and walks preferred then other on
-// retries; that choice belongs to the engine, not here. The matrix is a pure
-// function of t.
+// With no HCA every entry is [[], []]. Selector makes upstream's
+// per-slice choice on the matrix (preferred list at random or round-robin,
+// preferred then other on retries). The matrix is a pure function of t.
 func (t *Topology) PriorityMatrix() map[string][2][]string {
 	m := make(map[string][2][]string, len(t.NUMA)+len(t.GPUs))
 	for _, n := range t.NUMA {
