@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
-	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
@@ -32,14 +30,7 @@ func nodeCmd() *cobra.Command {
 			if protocol != "tcp" {
 				return &exitError{2, fmt.Sprintf("mooncake node: unsupported: protocol %q (built: tcp)", protocol)}
 			}
-			if metaURL == "" {
-				host, _, err := net.SplitHostPort(masterAddr)
-				if err != nil {
-					return &exitError{2, fmt.Sprintf("mooncake node: --master %q: %v", masterAddr, err)}
-				}
-				metaURL = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
-			}
-			meta, err := httpmeta.NewClient(metaURL)
+			meta, err := openMetadata(context.Background(), metaURL, masterAddr)
 			if err != nil {
 				return &exitError{2, "mooncake node: --metadata_server: " + err.Error()}
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,7 +21,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
-	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/replay"
 	"github.com/mooncake-go/mooncake/core/replay/trace"
 	"github.com/mooncake-go/mooncake/core/replay/traces"
@@ -187,15 +185,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 			return &exitError{1, "mooncake replay: " + err.Error()}
 		}
 	} else {
-		meta := f.metaURL
-		if meta == "" {
-			host, _, err := net.SplitHostPort(f.masterAddr)
-			if err != nil {
-				return usage("--master %q: %v", f.masterAddr, err)
-			}
-			meta = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
-		}
-		mc, err := httpmeta.NewClient(meta)
+		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr)
 		if err != nil {
 			return usage("--metadata-server: %v", err)
 		}
@@ -203,7 +193,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
 		cancel()
 		if err != nil {
-			return &exitError{1, fmt.Sprintf("mooncake replay: master %s unreachable: %v", f.masterAddr, err)}
+			return &exitError{1, fmt.Sprintf("mooncake replay: cannot join the pool of master %s (master unreachable or metadata server failing): %v", f.masterAddr, err)}
 		}
 	}
 	defer cl.Close()
