@@ -11,57 +11,87 @@
 //
 // # Design
 //
-// One Transport opens one device (Config.Device, or the first one listed
-// by ibv_get_device_list), allocates a protection domain and serves a small
-// TCP control channel (the handshake, upstream's RPC channel) on
-// Config.BindAddr. Publish advertises that address as the segment's
-// rpc_meta endpoint and sets protocol "rdma". Data moves with one-sided
-// RDMA READ / RDMA WRITE on reliable-connected (RC) queue pairs; the target
-// CPU never touches the bytes.
+// One Transport opens one or more devices (Config.Devices; default every
+// device ibv_get_device_list returns, skipping those whose port is not
+// active), with a protection domain and a target-side completion queue
+// each, and serves a small TCP control channel (the handshake, upstream's
+// RPC channel) on Config.BindAddr. Publish advertises that address as the
+// segment's rpc_meta endpoint and sets protocol "rdma". Data moves with
+// one-sided RDMA READ / RDMA WRITE on reliable-connected (RC) queue pairs;
+// the target CPU never touches the bytes.
 //
-//   - Dial opens the control connection. Queue pairs are created lazily,
-//     up to Config.QPsPerPeer per peer (upstream MC_NUM_QP_PER_EP), each
-//     with its own completion queue; a request holds one QP for its
-//     duration, so a peer runs up to QPsPerPeer requests in parallel.
+//   - Path selection (spec §1.7, topology.Selector). The transport holds a
+//     priority matrix (Config.Matrix, default discovered from sysfs,
+//     restricted to the opened devices): for each memory location the
+//     preferred devices (same NUMA node / PCIe switch) and the others.
+//     Each slice of a request picks its local device from the entry of
+//     the local buffer's location (the Location it was registered with in
+//     the engine's transfer.Registry; "*" = any device when unknown), and
+//     its peer device from the peer's matrix entry for the target buffer's
+//     location: a preferred device at random, or round-robin with
+//     Config.RoundRobin; with Config.DestDeviceAffinity the peer device of
+//     the same name when listed. The peer's matrix and device names come
+//     from a "topology" control message, asked once per peer; the target
+//     buffer's location comes with its rkeys.
+//   - Retries: slices whose path failed (work-completion error, failed
+//     post, QP that could not be connected) are resubmitted up to
+//     Config.RetryCount times (MC_RETRY_CNT); retry k takes the k-th device
+//     of the preferred-then-other walk on both sides, so a failing rail is
+//     left. A refused range, a closed peer, an unreachable control channel
+//     or a done context is not retried.
+//   - Endpoints: a peer holds one endpoint per (local device, peer device)
+//     path, created on first use, each with up to Config.QPsPerPeer QPs
+//     (upstream MC_NUM_QP_PER_EP) and a completion queue per QP. The
+//     slices of one request are grouped by path; each path's slices go on
+//     one QP of its endpoint, paths in parallel.
 //   - Connecting a QP exchanges {LID, GID, QPN, PSN, MTU} over the control
-//     channel; both sides walk INIT -> RTR -> RTS.
-//   - Memory regions are registered lazily. Before the first access to a
-//     remote range the initiator asks the target for an rkey; the target
-//     checks the range against its registered buffers (transfer.Target), so
-//     a peer can only obtain keys for remote-accessible memory, and
-//     registers the whole containing buffer when the Target can list its
-//     buffers (transfer.Registry can). The initiator registers its local
-//     buffers the same way. Keys are cached on both sides.
+//     channel, naming the peer device that holds the other end; both sides
+//     walk INIT -> RTR -> RTS.
+//   - Memory regions are registered lazily, on every opened device (as
+//     upstream registers each buffer with every NIC). Before the first
+//     access to a remote range the initiator asks the target for its rkeys
+//     (one per target device); the target checks the range against its
+//     registered buffers (transfer.Target), so a peer can only obtain keys
+//     for remote-accessible memory, and registers the whole containing
+//     buffer when the Target can list its buffers (transfer.Registry can).
+//     The initiator registers its local buffers the same way. Keys are
+//     cached on both sides.
 //   - A request is split into Config.SliceSize work requests (upstream
-//     MC_SLICE_SIZE), at most Config.MaxWR outstanding, each signalled;
-//     the caller's goroutine polls the QP's completion queue. A WRITE
-//     returns after every slice completed, i.e. was acknowledged by the
-//     target HCA. A failed completion or a cancelled context destroys the
-//     QP; the next request builds a new one.
+//     MC_SLICE_SIZE), at most Config.MaxWR outstanding per QP, each
+//     signalled; the request's goroutines poll their QPs' completion
+//     queues. A WRITE returns after every slice completed, i.e. was
+//     acknowledged by the target HCA. A failed completion or a cancelled
+//     context destroys the QP; the next request on that path builds a new
+//     one.
 //
 // Differences from upstream, on purpose or for now: the control messages
 // are this package's own JSON lines, not upstream's handshake JSON, so it
-// interoperates only with itself; rkeys travel over the control channel
-// instead of the segment descriptor (core/metadata has no rkey fields); one
-// device per transport (no multi-rail priority matrix, no rail failover);
-// no GPUDirect (memory is registered with ibv_reg_mr, host memory only).
-// Memory regions stay registered until Close or DeregisterMemory: the
-// engine does not yet tell the transport when a buffer is unregistered, so
-// a peer holding a cached rkey could still reach it — call
-// DeregisterMemory before unmapping a buffer.
+// interoperates only with itself; rkeys and the priority matrix travel over
+// the control channel instead of the segment descriptor (core/metadata has
+// no rkey or priority_matrix fields); a failed rail is not paused
+// (MC_RDMA_RAIL_PAUSE_SECONDS) and there is no slice timeout; endpoints
+// are not evicted (MC_MAX_EP_PER_CTX); no GPUDirect (memory is registered
+// with ibv_reg_mr, host memory only, so "cuda:N" entries of the matrix are
+// unused). Memory regions stay registered until Close or
+// DeregisterMemory: the engine does not yet tell the transport when a
+// buffer is unregistered, so a peer holding a cached rkey could still
+// reach it — call DeregisterMemory before unmapping a buffer.
 //
 // # What is tested
 //
 // Built and vetted with and without the tag; the no-device and no-tag
-// paths, Config validation, the control-message codec and the memory
-// region cache are unit-tested everywhere. The verbs path (device open,
-// PD/CQ/QP setup, QP state transitions, ibv_reg_mr, posting and polling
-// READ/WRITE) compiles against rdma-core 44 but is UNTESTED: no RDMA
-// hardware (or rdma_rxe soft-RoCE device) was available. Run
-// transfertest's conformance suite on a host with a device before relying
-// on it.
+// paths, Config validation, the control-message codec, the memory region
+// cache and the path selection glue (buffer location and attempt -> local
+// device, peer device, grouping slices by path, the retry loop over failing
+// paths; rails.go) are unit-tested everywhere. The verbs path (device
+// open, PD/CQ/QP setup, QP state transitions, ibv_reg_mr, posting and
+// polling READ/WRITE, several devices at once) compiles against rdma-core
+// 44 but is UNTESTED: no RDMA hardware (or rdma_rxe soft-RoCE device) was
+// available. Run transfertest's conformance suite on a host with a device
+// (two, for multi-rail) before relying on it.
 //
 // Concurrency: a Transport and its peers are safe for concurrent use. A
-// request owns one QP and its CQ while it runs; the memory-region caches
-// have their own locks, and verbs calls are never made under a lock.
+// request owns one QP (and its CQ) per path it uses while it runs, one
+// goroutine each; the memory-region caches and the selector have their own
+// locks, and verbs calls are never made under a lock.
 package rdma

@@ -37,7 +37,8 @@ func TestNoDevice(t *testing.T) {
 	if devs != nil {
 		t.Errorf("Available devices = %v, want nil", devs)
 	}
-	for _, cfg := range []Config{{}, DefaultConfig(), {Device: "mlx5_9"}} {
+	for _, cfg := range []Config{{}, DefaultConfig(), {Device: "mlx5_9"}, {Devices: []string{"mlx5_8", "mlx5_9"}},
+		{Matrix: map[string][2][]string{"cpu:0": {{"mlx5_9"}, {}}}, RoundRobin: true, DestDeviceAffinity: true}} {
 		tr, err := New(cfg)
 		check("New", err)
 		if tr != nil {
@@ -51,11 +52,16 @@ func TestConfigValidate(t *testing.T) {
 	def := DefaultConfig()
 	if def.Port != 1 || def.GIDIndex != GIDAuto || def.MTU != 4096 || def.MaxCQE != 4096 || def.MaxWR != 256 ||
 		def.MaxSGE != 4 || def.MaxInline != 64 || def.QPsPerPeer != 2 || def.SliceSize != 65536 ||
-		def.BindAddr != "127.0.0.1:0" || def.MaxMessage != 1<<20 || def.DialTimeout.Seconds() != 5 {
+		def.BindAddr != "127.0.0.1:0" || def.MaxMessage != 1<<20 || def.DialTimeout.Seconds() != 5 || def.RetryCount != 9 ||
+		def.Device != "" || def.Devices != nil || def.Matrix != nil || def.RoundRobin || def.DestDeviceAffinity {
 		t.Errorf("DefaultConfig = %+v", def)
 	}
 	if err := def.Validate(); err != nil {
 		t.Errorf("DefaultConfig().Validate() = %v", err)
+	}
+	multi := Config{Devices: []string{"mlx5_0", "mlx5_1"}, RetryCount: -1}
+	if err := multi.Validate(); err != nil || multi.RetryCount != -1 {
+		t.Errorf("Validate(two devices, no retries) = %v (RetryCount %d)", err, multi.RetryCount)
 	}
 	for _, tc := range []struct {
 		name string
@@ -73,6 +79,9 @@ func TestConfigValidate(t *testing.T) {
 		{"qps", func(c *Config) { c.QPsPerPeer = -1 }},
 		{"slice", func(c *Config) { c.SliceSize = 2 << 30 }},
 		{"message", func(c *Config) { c.MaxMessage = 10 }},
+		{"device and devices", func(c *Config) { c.Device = "mlx5_0"; c.Devices = []string{"mlx5_1"} }},
+		{"duplicate devices", func(c *Config) { c.Devices = []string{"mlx5_0", "mlx5_0"} }},
+		{"empty device name", func(c *Config) { c.Devices = []string{"mlx5_0", ""} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -90,9 +99,11 @@ func TestConfigValidate(t *testing.T) {
 
 func TestMessageCodec(t *testing.T) {
 	msgs := []*message{
-		{Op: opConnect, QP: &qpInfo{Device: "mlx5_0", LinkLayer: "Ethernet", LID: 0, GID: encodeGID([16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}), QPN: 0x1234, PSN: 0xabcdef, MTU: 5}, Release: []uint32{7, 9}},
+		{Op: opConnect, QP: &qpInfo{Device: "mlx5_0", LinkLayer: "Ethernet", LID: 0, GID: encodeGID([16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}), QPN: 0x1234, PSN: 0xabcdef, MTU: 5}, Dev: "mlx5_1", Release: []qpRef{{"mlx5_0", 7}, {"mlx5_1", 9}}},
 		{Op: opMR, Addr: 0x7f0000001000, Length: 1 << 20},
-		{Op: opMR, Addr: 0x7f0000000000, Length: 1 << 30, RKey: 0xdeadbeef},
+		{Op: opMR, Addr: 0x7f0000000000, Length: 1 << 30, RKeys: []uint32{0xdeadbeef, 7}, Devices: []string{"mlx5_0", "mlx5_1"}, Location: "cpu:1"},
+		{Op: opTopology},
+		{Op: opTopology, Devices: []string{"mlx5_0", "mlx5_1"}, Matrix: map[string][2][]string{"cpu:0": {{"mlx5_0"}, {"mlx5_1"}}, "cpu:1": {{"mlx5_1"}, {"mlx5_0"}}}},
 		{Op: opError, Code: codeRejected, Error: "transfer: address not registered: [0x10,+4)"},
 	}
 	var buf bytes.Buffer
@@ -103,12 +114,12 @@ func TestMessageCodec(t *testing.T) {
 	}
 	r := bufio.NewReaderSize(&buf, 16) // smaller than a message: exercises ErrBufferFull
 	for i, want := range msgs {
-		got, err := readMessage(r, 1024)
+		got, err := readMessage(r, 4096)
 		if err != nil || !reflect.DeepEqual(got, want) {
 			t.Fatalf("message %d = %+v, %v; want %+v", i, got, err, want)
 		}
 	}
-	if _, err := readMessage(r, 1024); err != io.EOF {
+	if _, err := readMessage(r, 4096); err != io.EOF {
 		t.Errorf("at end: %v, want io.EOF", err)
 	}
 
@@ -156,8 +167,8 @@ func TestQPInfo(t *testing.T) {
 
 func TestRegionCache(t *testing.T) {
 	var c regionCache
-	c.add(region{addr: 1000, length: 100, lkey: 1})
-	c.add(region{addr: 2000, length: 100, lkey: 2, rkey: 22, remote: true})
+	c.add(region{addr: 1000, length: 100, lkeys: []uint32{1}})
+	c.add(region{addr: 2000, length: 100, lkeys: []uint32{2}, rkeys: []uint32{22}, remote: true})
 	for _, tc := range []struct {
 		addr, n  uint64
 		remote   bool
@@ -173,14 +184,14 @@ func TestRegionCache(t *testing.T) {
 		{2010, 10, false, 2, true}, // a remote region serves local use too
 	} {
 		r, ok := c.find(tc.addr, tc.n, tc.remote)
-		if ok != tc.wantFind || (ok && r.lkey != tc.wantKey) {
+		if ok != tc.wantFind || (ok && r.lkeys[0] != tc.wantKey) {
 			t.Errorf("find(%d,+%d,remote=%t) = %+v, %t", tc.addr, tc.n, tc.remote, r, ok)
 		}
 	}
-	if got, added := c.add(region{addr: 1010, length: 10, lkey: 9}); added || got.lkey != 1 {
+	if got, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}}); added || got.lkeys[0] != 1 {
 		t.Errorf("add(covered) = %+v, %t; want existing region", got, added)
 	}
-	if _, added := c.add(region{addr: 1010, length: 10, lkey: 9, remote: true}); !added {
+	if _, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}, remote: true}); !added {
 		t.Error("add(remote over local-only) not added")
 	}
 	if got := c.removeOverlapping(1015, 100); len(got) != 2 {
@@ -189,8 +200,38 @@ func TestRegionCache(t *testing.T) {
 	if _, ok := c.find(1000, 1, false); ok {
 		t.Error("region survived removeOverlapping")
 	}
-	if got := c.removeAll(); len(got) != 1 || got[0].lkey != 2 {
+	if got := c.removeAll(); len(got) != 1 || got[0].lkeys[0] != 2 {
 		t.Errorf("removeAll = %+v", got)
+	}
+}
+
+func TestPeerRegion(t *testing.T) {
+	m := &message{Op: opMR, Addr: 0x1000, Length: 0x1000, RKeys: []uint32{11, 22}, Devices: []string{"mlx5_0", "mlx5_1"}, Location: "cpu:1"}
+	r, err := checkMR(m, 0x1800, 0x100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok := r.rkeyOn("mlx5_1"); !ok || k != 22 || r.location != "cpu:1" {
+		t.Errorf("rkeyOn(mlx5_1) = %d, %t; location %q", k, ok, r.location)
+	}
+	if _, ok := r.rkeyOn("mlx5_2"); ok {
+		t.Error("rkeyOn(unknown device) found a key")
+	}
+	noLoc := *m
+	noLoc.Location = ""
+	if r, err := checkMR(&noLoc, 0x1000, 1); err != nil || r.location != "*" {
+		t.Errorf("no location: %q, %v; want *", r.location, err)
+	}
+	for name, mod := range map[string]func(*message){
+		"no devices":      func(m *message) { m.Devices, m.RKeys = nil, nil },
+		"keys != devices": func(m *message) { m.RKeys = m.RKeys[:1] },
+		"not covering":    func(m *message) { m.Length = 0x100 },
+	} {
+		bad := *m
+		mod(&bad)
+		if _, err := checkMR(&bad, 0x1800, 0x100); !errors.Is(err, ErrHandshake) {
+			t.Errorf("%s: err = %v, want ErrHandshake", name, err)
+		}
 	}
 }
 
@@ -198,11 +239,16 @@ func TestRegistrationRange(t *testing.T) {
 	var reg transfer.Registry
 	local := make([]byte, 4096)
 	remote := make([]byte, 8192)
-	lb, err := reg.Add(local, "cpu:0", false)
+	nowhere := make([]byte, 64)
+	lb, err := reg.Add(local, "cpu:1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rb, err := reg.Add(remote, "cpu:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := reg.Add(nowhere, "", true) // no location: "*"
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,21 +257,23 @@ func TestRegistrationRange(t *testing.T) {
 		addr, n          uint64
 		remote           bool
 		wantAddr, wantLn uint64
+		wantLoc          string
 	}{
-		{"remote inside remote buffer", rb.Addr + 100, 10, true, rb.Addr, rb.Length},
-		{"local inside local buffer", lb.Addr + 8, 8, false, lb.Addr, lb.Length},
-		{"local use of remote buffer", rb.Addr, 1, false, rb.Addr, rb.Length},
-		{"remote access to local-only buffer", lb.Addr + 8, 8, true, lb.Addr + 8, 8},
-		{"outside every buffer", 0x10, 4, false, 0x10, 4},
+		{"remote inside remote buffer", rb.Addr + 100, 10, true, rb.Addr, rb.Length, "cpu:0"},
+		{"local inside local buffer", lb.Addr + 8, 8, false, lb.Addr, lb.Length, "cpu:1"},
+		{"local use of remote buffer", rb.Addr, 1, false, rb.Addr, rb.Length, "cpu:0"},
+		{"remote access to local-only buffer", lb.Addr + 8, 8, true, lb.Addr + 8, 8, "*"},
+		{"buffer without location", wb.Addr, 64, true, wb.Addr, 64, "*"},
+		{"outside every buffer", 0x10, 4, false, 0x10, 4, "*"},
 	} {
-		a, n := registrationRange(&reg, tc.addr, tc.n, tc.remote)
-		if a != tc.wantAddr || n != tc.wantLn {
-			t.Errorf("%s: = [%#x,+%d), want [%#x,+%d)", tc.name, a, n, tc.wantAddr, tc.wantLn)
+		a, n, loc := registrationRange(&reg, tc.addr, tc.n, tc.remote)
+		if a != tc.wantAddr || n != tc.wantLn || loc != tc.wantLoc {
+			t.Errorf("%s: = [%#x,+%d) %q, want [%#x,+%d) %q", tc.name, a, n, loc, tc.wantAddr, tc.wantLn, tc.wantLoc)
 		}
 	}
-	// A Target that cannot list buffers: exactly the range.
-	if a, n := registrationRange(resolveOnly{}, 0x1000, 64, true); a != 0x1000 || n != 64 {
-		t.Errorf("resolve-only target: [%#x,+%d)", a, n)
+	// A Target that cannot list buffers: exactly the range, any device.
+	if a, n, loc := registrationRange(resolveOnly{}, 0x1000, 64, true); a != 0x1000 || n != 64 || loc != "*" {
+		t.Errorf("resolve-only target: [%#x,+%d) %q", a, n, loc)
 	}
 }
 
@@ -233,26 +281,19 @@ type resolveOnly struct{}
 
 func (resolveOnly) Resolve(addr, length uint64) ([]byte, error) { return make([]byte, length), nil }
 
-func TestForEachSlice(t *testing.T) {
+func TestSplitSpans(t *testing.T) {
 	for _, tc := range []struct {
 		n, size uint64
-		want    [][2]uint64
+		want    []span
 	}{
-		{10, 4, [][2]uint64{{0, 4}, {4, 4}, {8, 2}}},
-		{8, 4, [][2]uint64{{0, 4}, {4, 4}}},
-		{3, 4, [][2]uint64{{0, 3}}},
-		{0, 4, nil},
+		{10, 4, []span{{0, 4}, {4, 4}, {8, 2}}},
+		{8, 4, []span{{0, 4}, {4, 4}}},
+		{3, 4, []span{{0, 3}}},
+		{0, 4, []span{}},
 	} {
-		var got [][2]uint64
-		forEachSlice(tc.n, tc.size, func(off, l uint64) error { got = append(got, [2]uint64{off, l}); return nil })
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("forEachSlice(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		if got := splitSpans(tc.n, tc.size); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("splitSpans(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
 		}
-	}
-	stop := errors.New("stop")
-	calls := 0
-	if err := forEachSlice(100, 10, func(uint64, uint64) error { calls++; return stop }); err != stop || calls != 1 {
-		t.Errorf("error not propagated: %v after %d calls", err, calls)
 	}
 }
 
@@ -263,7 +304,7 @@ func TestStubAndCommonAPI(t *testing.T) {
 	var tr *Transport
 	if !builtWithVerbs {
 		tr = &Transport{}
-		if tr.Protocol() != "rdma" || tr.Device() != "" || tr.DeregisterMemory(0, 1) != 0 || tr.Close() != nil {
+		if tr.Protocol() != "rdma" || tr.Device() != "" || tr.Devices() != nil || tr.Matrix() != nil || tr.DeregisterMemory(0, 1) != 0 || tr.Close() != nil {
 			t.Error("stub methods")
 		}
 		if err := tr.Listen("seg", resolveOnly{}); !errors.Is(err, ErrNotBuilt) {

@@ -5,6 +5,7 @@ package rdma
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/topology"
 )
 
 // maxServerQPs caps the queue pairs one control connection may hold on the
@@ -34,9 +36,10 @@ func Available() ([]string, error) { return deviceList() }
 // engine.
 type Transport struct {
 	cfg     Config
-	dev     *device
-	srvCQ   *cq         // shared by target-side QPs; never polled (one-sided ops raise no target completions)
-	regions regionCache // this process's memory regions
+	devs    []*device   // opened devices; index = rails index
+	srvCQs  []*cq       // per device, shared by target-side QPs; never polled (one-sided ops raise no target completions)
+	rails   *rails      // per-slice device choice
+	regions regionCache // this process's memory regions, each registered on every device
 
 	mu struct {
 		sync.Mutex
@@ -49,41 +52,81 @@ type Transport struct {
 	wg sync.WaitGroup // accept loop and control handlers
 }
 
-// New opens cfg.Device (default: the first device), checks its port,
-// allocates a protection domain and a completion queue. Errors: the
-// Validate error; ErrNoDevice (wrapping transfer.ErrUnsupported) when no
-// device, the named device or an active port is missing; verbs errors.
+// New opens the configured devices (Config.Devices; default every device,
+// skipping those that do not open), checks their ports, allocates a
+// protection domain and a completion queue on each, and builds the
+// priority matrix (Config.Matrix, default discovered from sysfs). Errors:
+// the Validate error; ErrNoDevice (wrapping transfer.ErrUnsupported) when
+// no device is listed, a named device is missing or its port is inactive,
+// or no defaulted device opens; verbs errors for a named device.
 func New(cfg Config) (*Transport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	names, err := deviceList()
+	avail, err := deviceList()
 	if err != nil {
 		return nil, err
 	}
-	name := cfg.Device
-	if name == "" {
-		name = names[0]
-	} else if !slices.Contains(names, name) {
-		return nil, fmt.Errorf("%w: device %q not among %v", ErrNoDevice, name, names)
+	names, named := cfg.deviceNames(avail)
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: the priority matrix names none of %v", ErrNoDevice, avail)
 	}
-	dev, err := openDevice(name, &cfg)
-	if err != nil {
-		return nil, err
+	t := &Transport{cfg: cfg}
+	var opened []string
+	var lastErr error
+	for _, name := range names {
+		if !slices.Contains(avail, name) {
+			lastErr = fmt.Errorf("%w: device %q not among %v", ErrNoDevice, name, avail)
+		} else if dev, err := openDevice(name, &cfg); err != nil {
+			lastErr = err
+		} else if c, err := dev.createCQ(dev.maxCQE); err != nil {
+			dev.close()
+			lastErr = err
+		} else {
+			t.devs = append(t.devs, dev)
+			t.srvCQs = append(t.srvCQs, c)
+			opened = append(opened, name)
+			continue
+		}
+		if named {
+			t.closeDevices()
+			return nil, lastErr
+		}
 	}
-	srvCQ, err := dev.createCQ(dev.maxCQE)
-	if err != nil {
-		dev.close()
-		return nil, err
+	if len(t.devs) == 0 {
+		if errors.Is(lastErr, ErrNoDevice) {
+			return nil, lastErr
+		}
+		return nil, fmt.Errorf("%w: none of %v opened: %v", ErrNoDevice, names, lastErr)
 	}
-	t := &Transport{cfg: cfg, dev: dev, srvCQ: srvCQ}
+	matrix := cfg.Matrix
+	if matrix == nil {
+		matrix = discoverMatrix("", opened)
+	}
+	t.rails = newRails(opened, matrix, topology.SelectorOptions{RoundRobin: cfg.RoundRobin}, cfg.DestDeviceAffinity)
 	t.mu.conns = map[net.Conn]struct{}{}
 	t.mu.peers = map[*peer]struct{}{}
 	return t, nil
 }
 
-// Device is the name of the opened verbs device.
-func (t *Transport) Device() string { return t.dev.name }
+// closeDevices releases the completion queues and devices (Close, or New
+// failing).
+func (t *Transport) closeDevices() {
+	for i, d := range t.devs {
+		t.srvCQs[i].destroy()
+		d.close()
+	}
+}
+
+// Device is the name of the first opened verbs device.
+func (t *Transport) Device() string { return t.rails.names[0] }
+
+// Devices lists the opened verbs devices.
+func (t *Transport) Devices() []string { return slices.Clone(t.rails.names) }
+
+// Matrix returns the priority matrix in use (restricted to the opened
+// devices), the one peers are sent. The caller must not modify it.
+func (t *Transport) Matrix() map[string][2][]string { return t.rails.matrix }
 
 // Protocol implements transfer.Transport ("rdma").
 func (t *Transport) Protocol() string { return Protocol }
@@ -157,12 +200,19 @@ func (t *Transport) DeregisterMemory(addr, length uint64) int {
 	return len(rs)
 }
 
-// register registers [addr, addr+length), or returns an equivalent region
-// another goroutine registered meanwhile.
-func (t *Transport) register(addr, length uint64, remote bool) (region, error) {
-	r, err := t.dev.regMR(addr, length, remote)
-	if err != nil {
-		return region{}, err
+// register registers [addr, addr+length) on every device, or returns an
+// equivalent region another goroutine registered meanwhile.
+func (t *Transport) register(addr, length uint64, remote bool, location string) (region, error) {
+	r := region{addr: addr, length: length, remote: remote, location: location}
+	for _, d := range t.devs {
+		mr, err := d.regMR(addr, length, remote)
+		if err != nil {
+			deregMR(r)
+			return region{}, err
+		}
+		r.lkeys = append(r.lkeys, mr.lkey)
+		r.rkeys = append(r.rkeys, mr.rkey)
+		r.handles = append(r.handles, mr.handle)
 	}
 	got, added := t.regions.add(r)
 	if !added {
@@ -171,25 +221,21 @@ func (t *Transport) register(addr, length uint64, remote bool) (region, error) {
 	return got, nil
 }
 
-// localKey returns the lkey for a local buffer, registering the engine
-// buffer that contains it on first use.
-func (t *Transport) localKey(b []byte) (uint32, error) {
+// localRegion returns the region (lkeys per device, location) of a local
+// buffer, registering the engine buffer that contains it on first use.
+func (t *Transport) localRegion(b []byte) (region, error) {
 	addr, n := memory.AddrOf(b), uint64(len(b))
 	if r, ok := t.regions.find(addr, n, false); ok {
-		return r.lkey, nil
+		return r, nil
 	}
 	t.mu.Lock()
 	target := t.mu.target
 	t.mu.Unlock()
-	base, size := addr, n
+	base, size, loc := addr, n, topology.WildcardLocation
 	if target != nil {
-		base, size = registrationRange(target, addr, n, false)
+		base, size, loc = registrationRange(target, addr, n, false)
 	}
-	r, err := t.register(base, size, false)
-	if err != nil {
-		return 0, err
-	}
-	return r.lkey, nil
+	return t.register(base, size, false, loc)
 }
 
 func (t *Transport) accept(ln net.Listener, target transfer.Target) {
@@ -222,7 +268,7 @@ func (t *Transport) accept(ln net.Listener, target transfer.Target) {
 // serve answers one control connection. The target-side QPs it creates
 // live until the connection ends.
 func (t *Transport) serve(c net.Conn, target transfer.Target) {
-	qps := map[uint32]*qp{}
+	qps := map[qpRef]*qp{}
 	defer func() {
 		for _, q := range qps {
 			q.destroy()
@@ -237,25 +283,32 @@ func (t *Transport) serve(c net.Conn, target transfer.Target) {
 		var resp *message
 		switch m.Op {
 		case opConnect:
-			for _, n := range m.Release {
-				if q, ok := qps[n]; ok {
+			for _, ref := range m.Release {
+				if q, ok := qps[ref]; ok {
 					q.destroy()
-					delete(qps, n)
+					delete(qps, ref)
 				}
 			}
 			if len(qps) >= maxServerQPs {
 				resp = errMessage(codeBadReq, fmt.Errorf("more than %d queue pairs on one connection", maxServerQPs))
 				break
 			}
-			q, info, err := t.acceptQP(m.QP)
+			i, ok := t.deviceIndex(m.Dev)
+			if !ok {
+				resp = errMessage(codeBadReq, fmt.Errorf("no device %q (devices %v)", m.Dev, t.rails.names))
+				break
+			}
+			q, info, err := t.acceptQP(i, m.QP)
 			if err != nil {
 				resp = errMessage(codeInternal, err)
 				break
 			}
-			qps[q.num()] = q
+			qps[qpRef{Dev: t.rails.names[i], QPN: q.num()}] = q
 			resp = &message{Op: opConnect, QP: &info}
 		case opMR:
 			resp = t.serveMR(target, m.Addr, m.Length)
+		case opTopology:
+			resp = &message{Op: opTopology, Matrix: t.rails.matrix, Devices: t.rails.names}
 		default:
 			resp = errMessage(codeBadReq, fmt.Errorf("unknown op %q", m.Op))
 		}
@@ -269,39 +322,51 @@ func errMessage(code string, err error) *message {
 	return &message{Op: opError, Code: code, Error: err.Error()}
 }
 
-// acceptQP creates the target end of a connection requested by remote.
-func (t *Transport) acceptQP(remote *qpInfo) (*qp, qpInfo, error) {
+// deviceIndex resolves a device name from a peer; "" is the first device.
+func (t *Transport) deviceIndex(name string) (int, bool) {
+	if name == "" {
+		return 0, true
+	}
+	i, ok := t.rails.index[name]
+	return i, ok
+}
+
+// acceptQP creates, on device i, the target end of a connection requested
+// by remote.
+func (t *Transport) acceptQP(i int, remote *qpInfo) (*qp, qpInfo, error) {
 	rgid, err := checkQPInfo(remote)
 	if err != nil {
 		return nil, qpInfo{}, err
 	}
-	q, err := t.dev.createQP(t.srvCQ)
+	d := t.devs[i]
+	q, err := d.createQP(t.srvCQs[i])
 	if err != nil {
 		return nil, qpInfo{}, err
 	}
-	if err := t.dev.connect(q, remote, rgid); err != nil {
+	if err := d.connect(q, remote, rgid); err != nil {
 		q.destroy()
 		return nil, qpInfo{}, err
 	}
-	return q, t.dev.info(q), nil
+	return q, d.info(q), nil
 }
 
 // serveMR answers an rkey request: the range must resolve as
-// remote-accessible in target; the whole containing buffer is registered
-// when target can list buffers.
+// remote-accessible in target; the whole containing buffer is registered,
+// on every device, when target can list buffers. The answer carries one
+// rkey per device and the buffer's location.
 func (t *Transport) serveMR(target transfer.Target, addr, length uint64) *message {
 	if _, err := target.Resolve(addr, length); err != nil {
 		return errMessage(codeRejected, err)
 	}
 	r, ok := t.regions.find(addr, length, true)
 	if !ok {
-		base, size := registrationRange(target, addr, length, true)
+		base, size, loc := registrationRange(target, addr, length, true)
 		var err error
-		if r, err = t.register(base, size, true); err != nil {
+		if r, err = t.register(base, size, true, loc); err != nil {
 			return errMessage(codeInternal, err)
 		}
 	}
-	return &message{Op: opMR, Addr: r.addr, Length: r.length, RKey: r.rkey}
+	return &message{Op: opMR, Addr: r.addr, Length: r.length, RKeys: r.rkeys, Devices: t.rails.names, Location: r.location}
 }
 
 // Dial implements transfer.Transport: a peer for the segment's control
@@ -317,15 +382,14 @@ func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metada
 		return nil, fmt.Errorf("%w: segment %q has no rdma control endpoint (host %q, port %d)", transfer.ErrInvalidArgument, d.Name, rpc.IPOrHostName, rpc.RPCPort)
 	}
 	p := &peer{
-		t:     t,
-		name:  d.Name,
-		addr:  net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(rpc.RPCPort)),
-		ctl:   make(chan *ctlConn, 1),
-		idle:  make(chan *qpConn, t.cfg.QPsPerPeer),
-		slots: make(chan struct{}, t.cfg.QPsPerPeer),
+		t:    t,
+		name: d.Name,
+		addr: net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(rpc.RPCPort)),
+		ctl:  make(chan *ctlConn, 1),
 	}
 	p.ctl <- nil
 	p.mu.live = map[*qpConn]struct{}{}
+	p.mu.eps = map[path]*endpoint{}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.mu.closed {
@@ -337,7 +401,7 @@ func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metada
 
 // Close implements transfer.Transport: stops the control listener, ends
 // control connections (destroying target-side QPs), closes peers, releases
-// memory regions, the completion queue, the PD and the device. Requests
+// memory regions and every device's completion queue, PD and context. Requests
 // must have finished (the engine waits for them). A second Close returns
 // transfer.ErrClosed.
 func (t *Transport) Close() error {
@@ -367,8 +431,7 @@ func (t *Transport) Close() error {
 	for _, r := range t.regions.removeAll() {
 		deregMR(r)
 	}
-	t.srvCQ.destroy()
-	t.dev.close()
+	t.closeDevices()
 	return err
 }
 
@@ -380,12 +443,22 @@ type ctlConn struct {
 	gen  uint64
 }
 
-// qpConn is one connected QP with its own CQ.
+// qpConn is one connected QP with its own CQ, on its endpoint's local
+// device.
 type qpConn struct {
-	cq        *cq
-	qp        *qp
-	remoteQPN uint32
-	gen       uint64 // control connection generation it was made on
+	ep     *endpoint
+	cq     *cq
+	qp     *qp
+	remote qpRef  // the target's end
+	gen    uint64 // control connection generation it was made on
+}
+
+// endpoint holds the QPs of one path (local device, peer device), as
+// upstream's RdmaEndPoint: up to QPsPerPeer of them.
+type endpoint struct {
+	key   path
+	idle  chan *qpConn  // connected QPs not in use
+	slots chan struct{} // one token per existing QP (cap QPsPerPeer)
 }
 
 type peer struct {
@@ -394,22 +467,23 @@ type peer struct {
 	addr  string
 	ctl   chan *ctlConn // 1 slot: the control connection (nil: not connected); holding it serialises requests
 	gen   atomic.Uint64 // generation of the current control connection
-	idle  chan *qpConn  // connected QPs not in use
-	slots chan struct{} // one token per existing QP (cap QPsPerPeer)
-	rkeys regionCache   // remote regions (keys only)
+	rkeys regionCache   // peer regions (keys per peer device, location)
 	mu    struct {
 		sync.Mutex
+		eps      map[path]*endpoint   // created on first use
 		live     map[*qpConn]struct{} // every QP, for Close
-		released []uint32             // target QPNs to release on the next connect
-		conn     net.Conn             // current control connection, for Close
+		released []qpRef              // target QPs to release on the next connect
+		matrix   map[string][2][]string
+		conn     net.Conn // current control connection, for Close
 		closed   bool
 	}
 }
 
 // request sends m on the control connection (connecting if needed) and
 // returns the answer and the connection's generation. Errors:
-// transfer.ErrRejected for a refused range; ErrHandshake (wrapped) for a
-// broken channel or an error answer; ctx's error; transfer.ErrClosed.
+// transfer.ErrRejected for a refused range; ErrHandshake (wrapped) for an
+// error answer, and wrapping errUnreachable too for a connection that
+// cannot be made or broke; ctx's error; transfer.ErrClosed.
 func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error) {
 	var c *ctlConn
 	select {
@@ -422,7 +496,10 @@ func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error
 		d := net.Dialer{Timeout: p.t.cfg.DialTimeout}
 		conn, err := d.DialContext(ctx, "tcp", p.addr)
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: dial %s: %v", ErrHandshake, p.addr, err)
+			if ctx.Err() != nil {
+				return nil, 0, ctx.Err()
+			}
+			return nil, 0, fmt.Errorf("%w: %w: dial %s: %v", ErrHandshake, errUnreachable, p.addr, err)
 		}
 		p.mu.Lock()
 		if p.mu.closed {
@@ -448,7 +525,7 @@ func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()
 		}
-		return nil, 0, fmt.Errorf("%w: %s: %v", ErrHandshake, p.addr, err)
+		return nil, 0, fmt.Errorf("%w: %w: %s: %v", ErrHandshake, errUnreachable, p.addr, err)
 	}
 	if err := writeMessage(c.conn, m); err != nil {
 		return fail(err)
@@ -468,37 +545,73 @@ func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error
 	return resp, c.gen, nil
 }
 
-// remoteKey returns the rkey covering [addr, addr+n) on the target.
-func (p *peer) remoteKey(ctx context.Context, addr, n uint64) (uint32, error) {
+// remoteRegion returns the peer region covering [addr, addr+n): its rkey
+// on each peer device and its location.
+func (p *peer) remoteRegion(ctx context.Context, addr, n uint64) (region, error) {
 	if r, ok := p.rkeys.find(addr, n, false); ok {
-		return r.rkey, nil
+		return r, nil
 	}
 	resp, _, err := p.request(ctx, &message{Op: opMR, Addr: addr, Length: n})
 	if err != nil {
-		return 0, err
+		return region{}, err
 	}
-	r := region{addr: resp.Addr, length: resp.Length, rkey: resp.RKey, remote: true}
-	if !r.covers(addr, n) {
-		return 0, fmt.Errorf("%w: target region [%#x,+%d) does not cover [%#x,+%d)", ErrHandshake, r.addr, r.length, addr, n)
+	r, err := checkMR(resp, addr, n)
+	if err != nil {
+		return region{}, err
 	}
-	p.rkeys.add(r)
-	return r.rkey, nil
+	got, _ := p.rkeys.add(r)
+	return got, nil
 }
 
-// getQP takes an idle QP of the current generation or connects a new one
-// when fewer than QPsPerPeer exist; otherwise it waits.
-func (p *peer) getQP(ctx context.Context) (*qpConn, error) {
+// matrix returns the peer's priority matrix (restricted to its devices,
+// wildcard resolved; see peerMatrix), asking for it once per peer.
+func (p *peer) matrix(ctx context.Context) (map[string][2][]string, error) {
+	p.mu.Lock()
+	m := p.mu.matrix
+	p.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
+	resp, _, err := p.request(ctx, &message{Op: opTopology})
+	if err != nil {
+		return nil, err
+	}
+	if m, err = peerMatrix(resp.Matrix, resp.Devices); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.mu.matrix = m
+	p.mu.Unlock()
+	return m, nil
+}
+
+// endpoint returns the endpoint of path k, creating it on first use.
+func (p *peer) endpoint(k path) *endpoint {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ep := p.mu.eps[k]
+	if ep == nil {
+		n := p.t.cfg.QPsPerPeer
+		ep = &endpoint{key: k, idle: make(chan *qpConn, n), slots: make(chan struct{}, n)}
+		p.mu.eps[k] = ep
+	}
+	return ep
+}
+
+// getQP takes an idle QP of ep of the current generation or connects a
+// new one when fewer than QPsPerPeer exist; otherwise it waits.
+func (p *peer) getQP(ctx context.Context, ep *endpoint) (*qpConn, error) {
 	for {
 		var q *qpConn
 		select {
-		case q = <-p.idle:
+		case q = <-ep.idle:
 		default:
 			select {
-			case q = <-p.idle:
-			case p.slots <- struct{}{}:
-				q, err := p.newQP(ctx)
+			case q = <-ep.idle:
+			case ep.slots <- struct{}{}:
+				q, err := p.newQP(ctx, ep)
 				if err != nil {
-					<-p.slots
+					<-ep.slots
 					return nil, err
 				}
 				return q, nil
@@ -513,10 +626,10 @@ func (p *peer) getQP(ctx context.Context) (*qpConn, error) {
 	}
 }
 
-// newQP creates a QP and connects it through the control channel. The
-// caller holds a slot.
-func (p *peer) newQP(ctx context.Context) (*qpConn, error) {
-	d := p.t.dev
+// newQP creates a QP on ep's local device and connects it, through the
+// control channel, to a QP on ep's peer device. The caller holds a slot.
+func (p *peer) newQP(ctx context.Context, ep *endpoint) (*qpConn, error) {
+	d := p.t.devs[ep.key.local]
 	c, err := d.createCQ(d.maxWR)
 	if err != nil {
 		return nil, err
@@ -531,14 +644,14 @@ func (p *peer) newQP(ctx context.Context) (*qpConn, error) {
 	release := p.mu.released
 	p.mu.released = nil
 	p.mu.Unlock()
-	resp, gen, err := p.request(ctx, &message{Op: opConnect, QP: &local, Release: release})
+	resp, gen, err := p.request(ctx, &message{Op: opConnect, QP: &local, Dev: ep.key.remote, Release: release})
 	if err == nil {
 		var rgid [16]byte
 		if rgid, err = checkQPInfo(resp.QP); err == nil {
 			err = d.connect(q, resp.QP, rgid)
 			if err != nil {
 				p.mu.Lock()
-				p.mu.released = append(p.mu.released, resp.QP.QPN)
+				p.mu.released = append(p.mu.released, qpRef{Dev: ep.key.remote, QPN: resp.QP.QPN})
 				p.mu.Unlock()
 			}
 		}
@@ -546,9 +659,9 @@ func (p *peer) newQP(ctx context.Context) (*qpConn, error) {
 	if err != nil {
 		q.destroy()
 		c.destroy()
-		return nil, fmt.Errorf("rdma: connect QP to %s: %w", p.addr, err)
+		return nil, fmt.Errorf("rdma: connect QP %s to %s %s: %w", d.name, p.addr, ep.key.remote, err)
 	}
-	qc := &qpConn{cq: c, qp: q, remoteQPN: resp.QP.QPN, gen: gen}
+	qc := &qpConn{ep: ep, cq: c, qp: q, remote: qpRef{Dev: ep.key.remote, QPN: resp.QP.QPN}, gen: gen}
 	p.mu.Lock()
 	p.mu.live[qc] = struct{}{}
 	p.mu.Unlock()
@@ -563,17 +676,18 @@ func (p *peer) destroyQP(q *qpConn, release bool) {
 	p.mu.Lock()
 	delete(p.mu.live, q)
 	if release {
-		p.mu.released = append(p.mu.released, q.remoteQPN)
+		p.mu.released = append(p.mu.released, q.remote)
 	}
 	p.mu.Unlock()
-	<-p.slots
+	<-q.ep.slots
 }
 
-// putQP returns q to the idle pool, or destroys it when the peer closed.
+// putQP returns q to its endpoint's idle pool, or destroys it when the
+// peer closed.
 func (p *peer) putQP(q *qpConn) {
 	p.mu.Lock()
 	if !p.mu.closed {
-		p.idle <- q // never blocks: at most cap(idle) QPs exist
+		q.ep.idle <- q // never blocks: at most cap(idle) QPs exist
 		p.mu.Unlock()
 		return
 	}
@@ -581,15 +695,30 @@ func (p *peer) putQP(q *qpConn) {
 	p.destroyQP(q, false)
 }
 
+// xfer is one request being carried out.
+type xfer struct {
+	write        bool
+	laddr, raddr uint64
+	local        region // lkeys per local device, the buffer's location
+	remote       region // rkeys per peer device, the target buffer's location
+}
+
 // Do implements transfer.Peer with one-sided RDMA: the whole local buffer
 // moves to or from [remoteAddr, +len(local)) in SliceSize work requests.
-// local must be off-heap memory that stays mapped while registered (a
-// buffer registered with the engine, as the engine guarantees): its
-// containing engine buffer is pinned with ibv_reg_mr on first use.
-// Errors: transfer.ErrInvalidArgument for an empty buffer or bad opcode;
-// transfer.ErrRejected when the target refuses the range; ErrHandshake for
-// a control-channel failure; a work-completion error (the QP is then
-// replaced); ctx's error; transfer.ErrClosed.
+// Each slice takes its own path (spec §1.7): the local device from this
+// transport's priority matrix entry for the local buffer's location (the
+// Location it was registered with), the peer device from the peer's matrix
+// entry for the target buffer's location; slices on one path share a QP of
+// that path's endpoint, and paths run in parallel. Slices of a failed path
+// are resubmitted up to RetryCount times, retry k on the k-th path of the
+// retry walk. local must be off-heap memory that stays mapped while
+// registered (a buffer registered with the engine, as the engine
+// guarantees): its containing engine buffer is pinned with ibv_reg_mr on
+// every device on first use. Errors: transfer.ErrInvalidArgument for an
+// empty buffer or bad opcode; transfer.ErrRejected when the target refuses
+// the range; ErrHandshake for a control-channel failure; the last path's
+// work-completion error once retries are spent; ctx's error;
+// transfer.ErrClosed.
 func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteAddr uint64) error {
 	p.mu.Lock()
 	closed := p.mu.closed
@@ -601,30 +730,57 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 		return fmt.Errorf("%w: rdma: %s of %d bytes", transfer.ErrInvalidArgument, op, len(local))
 	}
 	n := uint64(len(local))
-	lkey, err := p.t.localKey(local)
+	lr, err := p.t.localRegion(local)
 	if err != nil {
 		return err
 	}
-	rkey, err := p.remoteKey(ctx, remoteAddr, n)
+	rr, err := p.remoteRegion(ctx, remoteAddr, n)
 	if err != nil {
 		return err
 	}
-	q, err := p.getQP(ctx)
+	pm, err := p.matrix(ctx)
 	if err != nil {
 		return err
 	}
-	if err := p.run(ctx, q, op == transfer.Write, memory.AddrOf(local), lkey, remoteAddr, rkey, n); err != nil {
+	x := &xfer{write: op == transfer.Write, laddr: memory.AddrOf(local), raddr: remoteAddr, local: lr, remote: rr}
+	choose := func(retry int) (path, error) { return p.t.rails.choose(lr.location, pm, rr.location, retry) }
+	run := func(groups map[path][]span) ([]span, error) {
+		return runGroups(ctx, groups, func(k path, spans []span) error { return p.runPath(ctx, x, k, spans) })
+	}
+	attempts, err := transferSpans(ctx, splitSpans(n, uint64(p.t.cfg.SliceSize)), p.t.cfg.RetryCount, choose, run)
+	if err != nil {
+		return fmt.Errorf("rdma: %s of %d bytes at %#x on %s (%d attempts): %w", op, n, remoteAddr, p.name, attempts, err)
+	}
+	return nil
+}
+
+// runPath carries spans over path k on one QP of its endpoint. A failed
+// QP is destroyed (and its target end released).
+func (p *peer) runPath(ctx context.Context, x *xfer, k path, spans []span) error {
+	rkey, ok := x.remote.rkeyOn(k.remote)
+	if !ok {
+		return fmt.Errorf("%w: peer device %q holds no key for [%#x,+%d)", ErrHandshake, k.remote, x.remote.addr, x.remote.length)
+	}
+	if k.local >= len(x.local.lkeys) {
+		return fmt.Errorf("rdma: no local key on device %d", k.local)
+	}
+	lkey := x.local.lkeys[k.local]
+	q, err := p.getQP(ctx, p.endpoint(k))
+	if err != nil {
+		return err
+	}
+	if err := p.run(ctx, q, x, lkey, rkey, spans); err != nil {
 		p.destroyQP(q, true)
-		return fmt.Errorf("rdma: %s of %d bytes at %#x on %s: %w", op, n, remoteAddr, p.name, err)
+		return fmt.Errorf("path %s -> %s: %w", p.t.rails.names[k.local], k.remote, err)
 	}
 	p.putQP(q)
 	return nil
 }
 
-// run posts the slices with at most MaxWR outstanding and busy-polls the
+// run posts the spans with at most MaxWR outstanding and busy-polls the
 // QP's CQ until all completed; ctx is checked while waiting.
-func (p *peer) run(ctx context.Context, q *qpConn, write bool, laddr uint64, lkey uint32, raddr uint64, rkey uint32, n uint64) error {
-	d := p.t.dev
+func (p *peer) run(ctx context.Context, q *qpConn, x *xfer, lkey, rkey uint32, spans []span) error {
+	d := p.t.devs[q.ep.key.local]
 	outstanding := 0
 	reap := func(limit int) error { // poll until outstanding <= limit
 		for spins := 1; outstanding > limit; spins++ {
@@ -647,22 +803,18 @@ func (p *peer) run(ctx context.Context, q *qpConn, write bool, laddr uint64, lke
 		}
 		return nil
 	}
-	err := forEachSlice(n, uint64(p.t.cfg.SliceSize), func(off, l uint64) error {
+	for _, s := range spans {
 		if outstanding >= d.maxWR {
 			if err := reap(d.maxWR - 1); err != nil {
 				return err
 			}
 		}
-		if err := d.postRW(q.qp, write, laddr+off, uint32(l), lkey, raddr+off, rkey, off); err != nil {
+		if err := d.postRW(q.qp, x.write, x.laddr+s.off, uint32(s.len), lkey, x.raddr+s.off, rkey, s.off); err != nil {
 			return err
 		}
 		outstanding++
-		return nil
-	})
-	if err == nil {
-		err = reap(0)
 	}
-	return err
+	return reap(0)
 }
 
 // Close implements transfer.Peer: closes the control connection (the
@@ -677,13 +829,15 @@ func (p *peer) Close() error {
 	p.mu.closed = true
 	conn := p.mu.conn
 	var idle []*qpConn
-drain:
-	for {
-		select {
-		case q := <-p.idle:
-			idle = append(idle, q)
-		default:
-			break drain
+	for _, ep := range p.mu.eps {
+	drain:
+		for {
+			select {
+			case q := <-ep.idle:
+				idle = append(idle, q)
+			default:
+				break drain
+			}
 		}
 	}
 	p.mu.Unlock()

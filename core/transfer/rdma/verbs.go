@@ -375,20 +375,29 @@ func (d *device) linkLayer() string {
 	return "InfiniBand"
 }
 
-// regMR registers [addr, addr+length) (off-heap or caller-owned memory
-// that stays mapped while registered).
-func (d *device) regMR(addr, length uint64, remote bool) (region, error) {
-	mr, errno := C.mc_reg_mr(d.pd, C.uint64_t(addr), C.uint64_t(length), boolInt(remote))
-	if mr == nil {
-		return region{}, fmt.Errorf("rdma: ibv_reg_mr [%#x,+%d): %v", addr, length, errnoOr(errno, "failed"))
-	}
-	return region{addr: addr, length: length, lkey: uint32(C.mc_mr_lkey(mr)), rkey: uint32(C.mc_mr_rkey(mr)), remote: remote, handle: mr}, nil
+// memReg is one registration of a range on one device.
+type memReg struct {
+	lkey, rkey uint32
+	handle     any // *C.struct_ibv_mr
 }
 
-// deregMR releases a region from regMR (remote keys have no handle).
+// regMR registers [addr, addr+length) (off-heap or caller-owned memory
+// that stays mapped while registered) with this device's PD.
+func (d *device) regMR(addr, length uint64, remote bool) (memReg, error) {
+	mr, errno := C.mc_reg_mr(d.pd, C.uint64_t(addr), C.uint64_t(length), boolInt(remote))
+	if mr == nil {
+		return memReg{}, fmt.Errorf("rdma: ibv_reg_mr %s [%#x,+%d): %v", d.name, addr, length, errnoOr(errno, "failed"))
+	}
+	return memReg{lkey: uint32(C.mc_mr_lkey(mr)), rkey: uint32(C.mc_mr_rkey(mr)), handle: mr}, nil
+}
+
+// deregMR releases a region's registrations, one per device (peer regions
+// have none).
 func deregMR(r region) {
-	if mr, ok := r.handle.(*C.struct_ibv_mr); ok && mr != nil {
-		C.ibv_dereg_mr(mr)
+	for _, h := range r.handles {
+		if mr, ok := h.(*C.struct_ibv_mr); ok && mr != nil {
+			C.ibv_dereg_mr(mr)
+		}
 	}
 }
 
