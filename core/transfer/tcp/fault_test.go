@@ -217,3 +217,39 @@ func TestPeerKilledMidBatch(t *testing.T) {
 		t.Log("every request finished before the kill; the failure path was not exercised this run")
 	}
 }
+
+// TestPoolCapNoDeadlock: far more concurrent requests than the connection
+// cap. A request waiting for a slot must also be woken by a connection
+// going back to the pool (a regression: waiters only watched for freed
+// slots, so a full pool of idle connections starved them forever).
+func TestPoolCapNoDeadlock(t *testing.T) {
+	tr, r := target(t, 4<<20)
+	p := dialVia(t, Config{MaxConnsPerPeer: 2, Stripe: 2, Window: 2}, tr.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := pattern(4 << 20)
+	var wg sync.WaitGroup
+	errs := make([]error, 64)
+	for round := 0; round < 4; round++ {
+		for i := range errs {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				off := (i % 64) * (64 << 10)
+				errs[i] = p.Do(ctx, transfer.Write, src[off:off+(64<<10)], r.Addr()+uint64(off))
+			}(i)
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d request %d: %v", round, i, err)
+			}
+		}
+	}
+	if !bytes.Equal(r.Bytes(), src) {
+		t.Fatal("bytes differ")
+	}
+	if got := p.dials.Load(); got > 2*4 {
+		t.Logf("%d dials", got)
+	}
+}

@@ -35,6 +35,7 @@ func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metada
 		cfg:   t.cfg,
 		addr:  net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort)),
 		slots: make(chan struct{}, t.cfg.MaxConnsPerPeer),
+		idle:  make(chan pooledConn, t.cfg.MaxConnsPerPeer),
 	}
 	return p, nil
 }
@@ -62,61 +63,82 @@ type pooledConn struct {
 type peer struct {
 	cfg   Config
 	addr  string
-	slots chan struct{} // one token per open connection (caps MaxConnsPerPeer)
-	dials atomic.Int64  // connections opened (tests, metrics)
+	slots chan struct{}   // one token per open connection (caps MaxConnsPerPeer)
+	idle  chan pooledConn // open, unused connections; each holds its slot
+	dials atomic.Int64    // connections opened (tests, metrics)
 
 	mu struct {
 		sync.Mutex
-		idle   []pooledConn // most recently used last
-		closed bool
+		closed bool // guards pushes into idle against Close's drain
 	}
 }
 
-// acquire returns a connection, reusing an idle one that is not too old,
-// else dialling once a slot is free. Errors: ErrClosed, dial errors, ctx.
+// acquire returns a connection: an idle one that is not too old, else a new
+// one once a slot is free. It waits for whichever comes first, so a
+// connection released into the pool wakes a waiter just as a closed one
+// does. Errors: ErrClosed, dial errors, ctx.
 func (p *peer) acquire(ctx context.Context) (net.Conn, error) {
-	now := time.Now()
-	p.mu.Lock()
-	if p.mu.closed {
+	for {
+		p.mu.Lock()
+		closed := p.mu.closed
 		p.mu.Unlock()
-		return nil, transfer.ErrClosed
-	}
-	for len(p.mu.idle) > 0 {
-		pc := p.mu.idle[len(p.mu.idle)-1]
-		p.mu.idle = p.mu.idle[:len(p.mu.idle)-1]
-		if now.Sub(pc.lastUsed) < p.cfg.IdleTimeout {
-			p.mu.Unlock()
-			return pc.Conn, nil
+		if closed {
+			return nil, transfer.ErrClosed
 		}
-		pc.Close()
-		<-p.slots
+		// Prefer a pooled connection over dialling.
+		select {
+		case pc := <-p.idle:
+			if c := p.fresh(pc); c != nil {
+				return c, nil
+			}
+			continue
+		default:
+		}
+		select {
+		case pc := <-p.idle:
+			if c := p.fresh(pc); c != nil {
+				return c, nil
+			}
+			continue
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		d := net.Dialer{Timeout: p.cfg.DialTimeout}
+		c, err := d.DialContext(ctx, "tcp", p.addr)
+		if err != nil {
+			<-p.slots
+			return nil, fmt.Errorf("dial %s: %w", p.addr, err)
+		}
+		p.dials.Add(1)
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		return c, nil
 	}
-	p.mu.Unlock()
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+}
+
+// fresh returns pc's connection, or closes it (freeing its slot) and
+// returns nil when it sat idle longer than IdleTimeout.
+func (p *peer) fresh(pc pooledConn) net.Conn {
+	if time.Since(pc.lastUsed) < p.cfg.IdleTimeout {
+		return pc.Conn
 	}
-	d := net.Dialer{Timeout: p.cfg.DialTimeout}
-	c, err := d.DialContext(ctx, "tcp", p.addr)
-	if err != nil {
-		<-p.slots
-		return nil, fmt.Errorf("dial %s: %w", p.addr, err)
-	}
-	p.dials.Add(1)
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	return c, nil
+	pc.Close()
+	<-p.slots
+	return nil
 }
 
 // release returns a healthy connection to the pool, or closes it.
 func (p *peer) release(c net.Conn, healthy bool) {
 	p.mu.Lock()
-	if healthy && !p.mu.closed && len(p.mu.idle) < p.cfg.MaxIdlePerPeer {
-		p.mu.idle = append(p.mu.idle, pooledConn{Conn: c, lastUsed: time.Now()})
-		p.mu.Unlock()
-		return
+	if healthy && !p.mu.closed && len(p.idle) < p.cfg.MaxIdlePerPeer {
+		select {
+		case p.idle <- pooledConn{Conn: c, lastUsed: time.Now()}:
+			p.mu.Unlock()
+			return
+		default:
+		}
 	}
 	p.mu.Unlock()
 	c.Close()
@@ -128,14 +150,16 @@ func (p *peer) release(c net.Conn, healthy bool) {
 func (p *peer) Close() error {
 	p.mu.Lock()
 	p.mu.closed = true
-	idle := p.mu.idle
-	p.mu.idle = nil
 	p.mu.Unlock()
-	for _, c := range idle {
-		c.Close()
-		<-p.slots
+	for {
+		select {
+		case pc := <-p.idle:
+			pc.Close()
+			<-p.slots
+		default:
+			return nil
+		}
 	}
-	return nil
 }
 
 // job is one request being executed: its slices are handed out by next and,
