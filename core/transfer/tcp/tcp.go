@@ -82,7 +82,7 @@ type Config struct {
 	// into the previous slice (upstream MC_FRAGMENT_RATIO 4).
 	SliceSize int
 	// Stripe is how many connections one request's slices are spread over;
-	// default 4.
+	// default 2.
 	Stripe int
 	// Window is how many slices one connection has in flight (sent, not yet
 	// acknowledged); default 8.
@@ -126,7 +126,7 @@ func New(cfg Config) *Transport {
 		cfg.SliceSize = 64 << 10
 	}
 	if cfg.Stripe <= 0 {
-		cfg.Stripe = 4
+		cfg.Stripe = 2
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 8
