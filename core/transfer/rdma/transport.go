@@ -167,7 +167,7 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 			if host == "" {
 				host = a.IP.String()
 				if a.IP.IsUnspecified() {
-					host = lanAddress()
+					host = transfer.LANAddress()
 				}
 			}
 		}
@@ -175,18 +175,6 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	rpc.IPOrHostName = host
 }
 
-// lanAddress is the first non-loopback IPv4 address, or 127.0.0.1.
-func lanAddress() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
-}
 
 // DeregisterMemory drops every memory region of this transport that
 // overlaps [addr, addr+length) and returns how many it dropped. Call it

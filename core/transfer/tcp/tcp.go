@@ -190,27 +190,13 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 		if host == "" {
 			host = a.IP.String()
 			if a.IP.IsUnspecified() {
-				host = lanAddress()
+				host = transfer.LANAddress()
 			}
 		}
 	}
 	rpc.IPOrHostName = host
 }
 
-// lanAddress is the first non-loopback IPv4 address of this host, or
-// 127.0.0.1 when there is none (upstream also publishes the first LAN
-// address when bound to all interfaces).
-func lanAddress() string {
-	addrs, err := net.InterfaceAddrs()
-	if err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
-				return n.IP.String()
-			}
-		}
-	}
-	return "127.0.0.1"
-}
 
 func (t *Transport) accept(ln net.Listener, target transfer.Target) {
 	defer t.wg.Done()
