@@ -175,7 +175,6 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	rpc.IPOrHostName = host
 }
 
-
 // DeregisterMemory drops every memory region of this transport that
 // overlaps [addr, addr+length) and returns how many it dropped. Call it
 // before unmapping a buffer that was registered with the engine; peers

@@ -197,7 +197,6 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	rpc.IPOrHostName = host
 }
 
-
 func (t *Transport) accept(ln net.Listener, target transfer.Target) {
 	defer t.wg.Done()
 	for {
