@@ -526,3 +526,21 @@ func TestTwoProcessPool(t *testing.T) {
 	n.stop(t)
 	m.stop(t)
 }
+
+// TestMasterStrategyFlag: --allocation_strategy reaches the master's config
+// validation (a bad name is refused with a clear line).
+func TestMasterStrategyFlag(t *testing.T) {
+	r := mooncake(t, 30*time.Second, "master", "--allocation_strategy", "bogus", "--rpc_address", "127.0.0.1", "--rpc_port", "0", "--metrics_port", "0", "--enable_http_metadata_server=false")
+	if r.code == 0 {
+		t.Fatal("master accepted --allocation_strategy bogus")
+	}
+	if line := oneLine(t, r.stderr); !strings.Contains(line, "allocation_strategy") || !strings.Contains(line, "free_ratio_first") {
+		t.Fatalf("stderr %q", line)
+	}
+	h := mooncake(t, 30*time.Second, "master", "--help")
+	for _, want := range []string{"--allocation_strategy", "--default_kv_soft_pin_ttl", "1800000", "--allow_evict_soft_pinned_objects"} {
+		if !strings.Contains(h.stdout+h.stderr, want) {
+			t.Errorf("master --help lacks %q", want)
+		}
+	}
+}

@@ -27,6 +27,9 @@ func masterCmd() *cobra.Command {
 		etcdEndpoints, clusterID, advertise       string
 		enableHA                                  bool
 		snapshotSeconds                           int64
+		strategy                                  string
+		softPinTTL                                int64
+		evictSoftPinned                           bool
 	)
 	c := &cobra.Command{
 		Use:   "master",
@@ -44,6 +47,9 @@ one command runs a whole single-machine pool.`,
 					ClientTTL:              time.Duration(clientTTL) * time.Second,
 					PutStartDiscardTimeout: time.Duration(discardTimeout) * time.Second,
 					PutStartReleaseTimeout: time.Duration(releaseTimeout) * time.Second,
+					AllocationStrategy:     strategy,
+					DefaultSoftPinTTL:      time.Duration(softPinTTL) * time.Millisecond,
+					NoEvictSoftPinned:      !evictSoftPinned,
 				},
 				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
 			}
@@ -101,6 +107,9 @@ one command runs a whole single-machine pool.`,
 	f.Int64Var(&clientTTL, "client_ttl", 10, "seconds a client stays alive without a heartbeat")
 	f.Int64Var(&discardTimeout, "put_start_discard_timeout_sec", 30, "age after which an unfinished put may be taken over, s")
 	f.Int64Var(&releaseTimeout, "put_start_release_timeout_sec", 600, "delay before a taken-over put's space is freed, s")
+	f.StringVar(&strategy, "allocation_strategy", "random", "replica placement: random | free_ratio_first | local_first")
+	f.Int64Var(&softPinTTL, "default_kv_soft_pin_ttl", 1800000, "how long a soft pin protects an object, ms (refreshed by reads, 0.3.x semantics)")
+	f.BoolVar(&evictSoftPinned, "allow_evict_soft_pinned_objects", true, "evict soft-pinned objects when nothing else can be freed")
 	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "etcd endpoints host:port[,host:port...] (also ';'-separated): run for leadership with a replicated object table (high availability)")
 	f.StringVar(&etcdEndpoints, "etcd_endpoints", "", "alias of --etcd-endpoints (upstream spelling)")
 	f.BoolVar(&enableHA, "enable_ha", false, "high availability (implied by --etcd-endpoints, which it requires)")
