@@ -96,6 +96,9 @@ func repoRoot() string {
 // unloaded) or skips the test when it is not built.
 func load(t *testing.T) *lib {
 	t.Helper()
+	// mc_last_error is per OS thread: keep the test goroutine on one thread
+	// so a call and the error check that follows it see the same slot.
+	lockThread(t)
 	path := os.Getenv(EnvLibrary)
 	if path == "" {
 		path = filepath.Join(repoRoot(), "build", "libmooncake.so")
