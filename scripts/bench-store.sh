@@ -65,9 +65,10 @@ for size in $SIZES; do
   for r in $(seq "$ROUNDS"); do round "$size"; done
 done
 
-python3 - "$rows" "$CLIENTS" "$ROUNDS" <<'PY'
+python3 - "$rows" "$CLIENTS" "$ROUNDS" "$rdir/ours" <<'PY'
 import statistics, sys
 rows, clients, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ours = open(sys.argv[4], "w")  # "size put_gbps get_gbps" of ours, default (shm), medians
 data = {}
 for line in open(rows):
     size, who, op, ops, gbps, p50, p99 = line.split()
@@ -87,4 +88,34 @@ for size in sizes:
     for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only")):
         line(f"{label} put", (size, proto, "put"), (size, "redis", "SET"))
         line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
+    print(size, med([x[1] for x in data[(size, "shm", "put")]]), med([x[1] for x in data[(size, "shm", "get")]]), file=ours)
 PY
+
+# Upstream's store, where the upstream wheel is installed (.venv-bench, from
+# `pip install -r requirements-bench.txt`): scripts/bench_upstream_store.py
+# runs the wheel's mooncake_master and $CLIENTS store client processes (tcp,
+# zero-copy put_from/get_into, pool of the same 1 GiB) with the same sizes
+# and duration, and ours (default, the medians above) is printed as a ratio
+# of it. Skipped, with the reason, where the wheel or its store is missing.
+UPY=${UPSTREAM_PY:-.venv-bench/bin/python}
+echo
+for size in $SIZES; do
+  if [ ! -x "$UPY" ]; then
+    echo "upstream store: skipped: no $UPY (python3 -m venv .venv-bench && .venv-bench/bin/pip install -r requirements-bench.txt)"
+    break
+  fi
+  echo "value $size: $UPY scripts/bench_upstream_store.py --value-size $size --clients $CLIENTS --duration $DUR"
+  if ! up=$("$UPY" scripts/bench_upstream_store.py --value-size "$size" --clients "$CLIENTS" --duration "$DUR" 2>"$rdir/upstream.err"); then
+    why=$(grep -m1 '^skipped: ' "$rdir/upstream.err" | sed 's/^skipped: //' || true)
+    if [ -n "$why" ]; then echo "upstream store: skipped: $why"; break; fi
+    echo "upstream store: failed: $(tail -n 20 "$rdir/upstream.err")"
+    continue
+  fi
+  read -r _ our_put our_get < <(awk -v s="$size" '$1==s' "$rdir/ours")
+  python3 -c 'import json,sys
+d=json.loads(sys.argv[1]); op,og=float(sys.argv[2]),float(sys.argv[3]); p,g=d["put"],d["get"]
+for k,x in (("put",p),("get",g)):
+    print("  upstream store %s  %9.1f ops/s %7.3f GB/s  p50 %6.3f ms p99 %7.3f ms%s" % (k, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"],
+          "  (%d refused)" % x["errors"] if x["errors"] else ""))
+print("upstream store put/get: %.3f/%.3f GB/s; ours (default) = %.2f x / %.2f x upstream" % (p["gbps"], g["gbps"], op/p["gbps"], og/g["gbps"]))' "$up" "$our_put" "$our_get"
+done
