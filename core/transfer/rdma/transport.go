@@ -41,15 +41,14 @@ type Transport struct {
 	rails   *rails      // per-slice device choice
 	regions regionCache // this process's memory regions, each registered on every device
 
+	srv transfer.ConnServer // control-channel listener and handlers
+
 	mu struct {
 		sync.Mutex
-		ln     net.Listener
 		target transfer.Target
-		conns  map[net.Conn]struct{} // accepted control connections
 		peers  map[*peer]struct{}
 		closed bool
 	}
-	wg sync.WaitGroup // accept loop and control handlers
 }
 
 // New opens the configured devices (Config.Devices; default every device,
@@ -104,7 +103,6 @@ func New(cfg Config) (*Transport, error) {
 		matrix = discoverMatrix("", opened)
 	}
 	t.rails = newRails(opened, matrix, topology.SelectorOptions{RoundRobin: cfg.RoundRobin}, cfg.DestDeviceAffinity)
-	t.mu.conns = map[net.Conn]struct{}{}
 	t.mu.peers = map[*peer]struct{}{}
 	return t, nil
 }
@@ -135,21 +133,16 @@ func (t *Transport) Protocol() string { return Protocol }
 // BindAddr; memory is registered on first use, checked against target.
 // Errors: the listen error naming the address; transfer.ErrClosed.
 func (t *Transport) Listen(name string, target transfer.Target) error {
-	ln, err := net.Listen("tcp", t.cfg.BindAddr)
-	if err != nil {
-		return fmt.Errorf("rdma: listen %s for segment %q: %w", t.cfg.BindAddr, name, err)
-	}
 	t.mu.Lock()
 	if t.mu.closed {
 		t.mu.Unlock()
-		ln.Close()
 		return transfer.ErrClosed
 	}
-	t.mu.ln = ln
 	t.mu.target = target
 	t.mu.Unlock()
-	t.wg.Add(1)
-	go t.accept(ln, target)
+	if err := t.srv.Listen(t.cfg.BindAddr, func(c net.Conn) { t.serve(c, target) }); err != nil {
+		return fmt.Errorf("rdma: segment %q: %w", name, err)
+	}
 	return nil
 }
 
@@ -157,21 +150,8 @@ func (t *Transport) Listen(name string, target transfer.Target) error {
 // channel endpoint as rpc_meta (ip_or_host_name, rpc_port).
 func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	d.Protocol = Protocol
-	t.mu.Lock()
-	ln := t.mu.ln
-	t.mu.Unlock()
-	host := t.cfg.Host
-	if ln != nil {
-		if a, ok := ln.Addr().(*net.TCPAddr); ok {
-			rpc.RPCPort = a.Port
-			if host == "" {
-				host = a.IP.String()
-				if a.IP.IsUnspecified() {
-					host = transfer.LANAddress()
-				}
-			}
-		}
-	}
+	host, port := t.srv.Endpoint(t.cfg.Host)
+	rpc.RPCPort = port
 	rpc.IPOrHostName = host
 }
 
@@ -223,33 +203,6 @@ func (t *Transport) localRegion(b []byte) (region, error) {
 		base, size, loc = registrationRange(target, addr, n, false)
 	}
 	return t.register(base, size, false, loc)
-}
-
-func (t *Transport) accept(ln net.Listener, target transfer.Target) {
-	defer t.wg.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		t.mu.Lock()
-		if t.mu.closed {
-			t.mu.Unlock()
-			c.Close()
-			return
-		}
-		t.mu.conns[c] = struct{}{}
-		t.mu.Unlock()
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			t.serve(c, target)
-			t.mu.Lock()
-			delete(t.mu.conns, c)
-			t.mu.Unlock()
-			c.Close()
-		}()
-	}
 }
 
 // serve answers one control connection. The target-side QPs it creates
@@ -398,20 +351,12 @@ func (t *Transport) Close() error {
 		return transfer.ErrClosed
 	}
 	t.mu.closed = true
-	ln := t.mu.ln
-	for c := range t.mu.conns {
-		c.Close()
-	}
 	var peers []*peer
 	for p := range t.mu.peers {
 		peers = append(peers, p)
 	}
 	t.mu.Unlock()
-	var err error
-	if ln != nil {
-		err = ln.Close()
-	}
-	t.wg.Wait()
+	err := t.srv.Close()
 	for _, p := range peers {
 		p.Close()
 	}

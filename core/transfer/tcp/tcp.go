@@ -41,7 +41,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
@@ -98,14 +97,7 @@ type Config struct {
 // Transport is the TCP transport. Create with New; install into one engine.
 type Transport struct {
 	cfg Config
-
-	mu struct {
-		sync.Mutex
-		ln     net.Listener
-		conns  map[net.Conn]struct{} // accepted, for Close
-		closed bool
-	}
-	wg sync.WaitGroup // accept loop and connection handlers
+	srv transfer.ConnServer // data-plane listener and connection handlers
 }
 
 // New returns an unstarted TCP transport.
@@ -140,88 +132,33 @@ func New(cfg Config) *Transport {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 5 * time.Second
 	}
-	t := &Transport{cfg: cfg}
-	t.mu.conns = map[net.Conn]struct{}{}
-	return t
+	return &Transport{cfg: cfg}
 }
 
 // Protocol implements transfer.Transport ("tcp").
 func (t *Transport) Protocol() string { return "tcp" }
 
 // Listen implements transfer.Transport: binds BindAddr and serves requests
-// against target. Errors: the listen error naming the address.
+// against target. Errors: ErrClosed after Close; the listen error naming
+// the address.
 func (t *Transport) Listen(name string, target transfer.Target) error {
-	ln, err := net.Listen("tcp", t.cfg.BindAddr)
-	if err != nil {
-		return fmt.Errorf("tcp: listen %s for segment %q: %w", t.cfg.BindAddr, name, err)
+	if err := t.srv.Listen(t.cfg.BindAddr, func(c net.Conn) { serve(c, target) }); err != nil {
+		return fmt.Errorf("tcp: segment %q: %w", name, err)
 	}
-	t.mu.Lock()
-	if t.mu.closed {
-		t.mu.Unlock()
-		ln.Close()
-		return transfer.ErrClosed
-	}
-	t.mu.ln = ln
-	t.mu.Unlock()
-	t.wg.Add(1)
-	go t.accept(ln, target)
 	return nil
 }
 
 // Addr is the bound data-plane address (nil before Listen).
-func (t *Transport) Addr() net.Addr {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.mu.ln == nil {
-		return nil
-	}
-	return t.mu.ln.Addr()
-}
+func (t *Transport) Addr() net.Addr { return t.srv.Addr() }
 
 // Publish implements transfer.Transport: protocol "tcp", tcp_data_port,
 // tcp_proto_version 2, and the host peers dial.
 func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	d.Protocol = "tcp"
 	d.TCPProtoVersion = 2
-	host := t.cfg.Host
-	if a, ok := t.Addr().(*net.TCPAddr); ok {
-		d.TCPDataPort = a.Port
-		rpc.RPCPort = a.Port
-		if host == "" {
-			host = a.IP.String()
-			if a.IP.IsUnspecified() {
-				host = transfer.LANAddress()
-			}
-		}
-	}
+	host, port := t.srv.Endpoint(t.cfg.Host)
+	d.TCPDataPort, rpc.RPCPort = port, port
 	rpc.IPOrHostName = host
-}
-
-func (t *Transport) accept(ln net.Listener, target transfer.Target) {
-	defer t.wg.Done()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		t.mu.Lock()
-		if t.mu.closed {
-			t.mu.Unlock()
-			c.Close()
-			return
-		}
-		t.mu.conns[c] = struct{}{}
-		t.mu.Unlock()
-		t.wg.Add(1)
-		go func() {
-			defer t.wg.Done()
-			serve(c, target)
-			t.mu.Lock()
-			delete(t.mu.conns, c)
-			t.mu.Unlock()
-			c.Close()
-		}()
-	}
 }
 
 // serve handles requests on one connection until EOF or an error. Reads go
@@ -379,25 +316,7 @@ func serveDevice(c net.Conn, br *bufio.Reader, bw *bufio.Writer, ack func(uint64
 // Close implements transfer.Transport: stops accepting, closes served
 // connections and waits for their handlers. Peers dialled from this
 // transport are closed by their owners (the engine).
-func (t *Transport) Close() error {
-	t.mu.Lock()
-	if t.mu.closed {
-		t.mu.Unlock()
-		return transfer.ErrClosed
-	}
-	t.mu.closed = true
-	ln := t.mu.ln
-	for c := range t.mu.conns {
-		c.Close()
-	}
-	t.mu.Unlock()
-	var err error
-	if ln != nil {
-		err = ln.Close()
-	}
-	t.wg.Wait()
-	return err
-}
+func (t *Transport) Close() error { return t.srv.Close() }
 
 // readPayload fills buf with the next len(buf) bytes of the stream: what
 // br already buffered, then the rest straight from c, so payload bytes are
