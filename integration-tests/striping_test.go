@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -302,4 +303,66 @@ func TestStripedReadAfterLease(t *testing.T) {
 	}
 	hub.SetHook(nil)
 	mustGet(t, ctx, c, "lease/striped", value)
+}
+
+// TestScatterListPutGet stores values given as scatter lists of unequal
+// registered parts (as a KV block spread over per-layer regions), one of
+// them striped over both segments so that slice and part boundaries cross,
+// and reads them back into differently cut scatter lists: the bytes match
+// and nothing outside the parts is written.
+func TestScatterListPutGet(t *testing.T) {
+	_, c := startPool(t, master.Config{})
+	ctx := testContext(t)
+	r := newRand(t, 43)
+	src := registeredRegion(t, c, 2*segmentSize)
+	dst := registeredRegion(t, c, 2*segmentSize)
+	fillRandom(r, src)
+	cut := func(buf []byte, sizes ...int) (parts [][]byte, total int) {
+		for _, n := range sizes {
+			parts = append(parts, buf[total:total+n])
+			total += n
+		}
+		return parts, total
+	}
+	small, smallLen := cut(src, 100, 4096, 1, 7000)
+	big, bigLen := cut(src[16384:], segmentSize/3, segmentSize/2, segmentSize/2, 12345) // > one segment: striped
+	errs := c.BatchPutFromParts(ctx, []string{"sg/small", "sg/big"}, [][][]byte{small, big}, nil)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	if info, err := c.Stat(ctx, "sg/big"); err != nil || info.Size != uint64(bigLen) || len(info.Replicas[0]) != 2 {
+		t.Fatalf("stat sg/big = %+v, %v; want %d bytes in two slices", info, err, bigLen)
+	}
+	for i := range dst {
+		dst[i] = 0xAA
+	}
+	dsmall, _ := cut(dst, 3000, smallLen-3000)
+	dbig, _ := cut(dst[smallLen+64:], 1, bigLen-2, 1+10) // 10 spare bytes at the end
+	n, gerrs := c.BatchGetIntoParts(ctx, []string{"sg/small", "sg/big"}, [][][]byte{dsmall, dbig})
+	if gerrs[0] != nil || gerrs[1] != nil || n[0] != smallLen || n[1] != bigLen {
+		t.Fatalf("get = %v, %v", n, gerrs)
+	}
+	if !bytes.Equal(dst[:smallLen], src[:smallLen]) {
+		t.Fatalf("small value differs at %d", firstDiff(dst[:smallLen], src[:smallLen]))
+	}
+	got := dst[smallLen+64 : smallLen+64+bigLen]
+	if want := src[16384 : 16384+bigLen]; !bytes.Equal(got, want) {
+		t.Fatalf("striped value differs at %d", firstDiff(got, want))
+	}
+	for _, span := range [][2]int{{smallLen, smallLen + 64}, {smallLen + 64 + bigLen, len(dst)}} {
+		if !bytes.Equal(dst[span[0]:span[1]], bytes.Repeat([]byte{0xAA}, span[1]-span[0])) {
+			t.Fatalf("bytes [%d,%d) outside the parts were written", span[0], span[1])
+		}
+	}
+	// Too small a scatter list: BUFFER_OVERFLOW, nothing read.
+	if _, gerrs := c.BatchGetIntoParts(ctx, []string{"sg/small"}, [][][]byte{{dst[:10], dst[20:30]}}); !errors.Is(gerrs[0], store.ErrBufferOverflow) {
+		t.Fatalf("short scatter list: %v, want BUFFER_OVERFLOW", gerrs[0])
+	}
+	// An empty value is refused per key; the other key still lands.
+	errs = c.BatchPutFromParts(ctx, []string{"sg/empty", "sg/ok"}, [][][]byte{{}, small}, nil)
+	if !errors.Is(errs[0], store.ErrInvalidParams) || errs[1] != nil {
+		t.Fatalf("empty value: %v", errs)
+	}
 }

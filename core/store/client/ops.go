@@ -54,19 +54,39 @@ func (c *Client) replicaConfig(o *PutOptions) *pb.ReplicaConfig {
 // NO_AVAILABLE_HANDLE, TRANSFER_FAIL (the transfer cause is kept),
 // RPC_FAIL. Mirrors upstream batch_put_from.
 func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte, opts *PutOptions) []error {
-	errs := make([]error, len(keys))
 	if len(srcs) != len(keys) {
-		for i := range errs {
-			errs[i] = store.Errorf(store.InvalidParams, "%d values for %d keys", len(srcs), len(keys))
-		}
-		return errs
+		return fill(make([]error, len(keys)), store.Errorf(store.InvalidParams, "%d values for %d keys", len(srcs), len(keys)))
+	}
+	return c.BatchPutFromParts(ctx, keys, single(srcs), opts)
+}
+
+// single wraps each buffer as a one-part scatter list.
+func single(bufs [][]byte) [][][]byte {
+	out := make([][][]byte, len(bufs))
+	for i := range bufs {
+		out[i] = bufs[i : i+1 : i+1]
+	}
+	return out
+}
+
+// BatchPutFromParts stores under keys[i] the concatenation of the buffers
+// parts[i] (registered memory, in order; the value is their total length
+// in bytes), with no gathering copy: each part is written straight to its
+// place in every replica. It is how a KV block spread over per-layer
+// regions becomes one pool object. Results and errors as BatchPutFrom
+// (an empty value is INVALID_PARAMS). Mirrors
+// upstream batch_put_from_multi_buffers.
+func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][][]byte, opts *PutOptions) []error {
+	errs := make([]error, len(keys))
+	if len(parts) != len(keys) {
+		return fill(errs, store.Errorf(store.InvalidParams, "%d part lists for %d keys", len(parts), len(keys)))
 	}
 	if len(keys) == 0 {
 		return errs
 	}
 	sizes := make([]uint64, len(keys))
-	for i, s := range srcs {
-		sizes[i] = uint64(len(s))
+	for i, ps := range parts {
+		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: keys, Sizes: sizes, Config: c.replicaConfig(opts)})
@@ -89,7 +109,7 @@ func (c *Client) BatchPutFrom(ctx context.Context, keys []string, srcs [][]byte,
 		}
 		w := write{key: i, first: len(reqs), replicas: len(r.Replicas)}
 		for _, rep := range r.Replicas {
-			rs, err := c.transferReqs(ctx, transfer.Write, rep, srcs[i])
+			rs, err := c.transferReqs(ctx, transfer.Write, rep, parts[i])
 			if err != nil {
 				errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], err)
 				break
@@ -200,13 +220,30 @@ func (c *Client) PutFrom(ctx context.Context, key string, src []byte, opts *PutO
 // may appear twice; every destination is filled (upstream issue #3876).
 // Mirrors upstream batch_get_into.
 func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte) ([]int, []error) {
+	if len(dsts) != len(keys) {
+		return make([]int, len(keys)), fill(make([]error, len(keys)), store.Errorf(store.InvalidParams, "%d buffers for %d keys", len(dsts), len(keys)))
+	}
+	return c.BatchGetIntoParts(ctx, keys, single(dsts))
+}
+
+// BatchGetIntoParts reads each keys[i] into the scatter list dsts[i]
+// (registered memory, filled in order: the value's first bytes into the
+// first part, and so on) with no scattering copy, and returns the bytes
+// read per key. The parts' total length must be at least the value's size
+// (BUFFER_OVERFLOW otherwise); results and errors as BatchGetInto. Mirrors
+// upstream batch_get_into_multi_buffers.
+func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][][]byte) ([]int, []error) {
 	n := make([]int, len(keys))
 	errs := make([]error, len(keys))
 	if len(dsts) != len(keys) {
-		return n, fill(errs, store.Errorf(store.InvalidParams, "%d buffers for %d keys", len(dsts), len(keys)))
+		return n, fill(errs, store.Errorf(store.InvalidParams, "%d part lists for %d keys", len(dsts), len(keys)))
 	}
 	if len(keys) == 0 {
 		return n, errs
+	}
+	capOf := make([]uint64, len(keys))
+	for i, ps := range dsts {
+		capOf[i] = partsLen(ps)
 	}
 	granted := time.Now() // the lease starts no earlier than this
 	rctx, cancel := c.rpcCtx(ctx)
@@ -234,8 +271,8 @@ func (c *Client) BatchGetInto(ctx context.Context, keys []string, dsts [][]byte)
 			continue
 		}
 		size := r.Replicas[0].Size
-		if uint64(len(dsts[i])) < size {
-			errs[i] = store.Errorf(store.BufferOverflow, "key %q: value is %d bytes, buffer %d", keys[i], size, len(dsts[i]))
+		if capOf[i] < size {
+			errs[i] = store.Errorf(store.BufferOverflow, "key %q: value is %d bytes, buffer %d", keys[i], size, capOf[i])
 			continue
 		}
 		lease = time.Duration(r.LeaseTtlMs) * time.Millisecond
@@ -309,30 +346,50 @@ func (c *Client) pick(rs []*pb.Replica) int {
 }
 
 // transferReqs returns the requests that move replica rep to (Write) or
-// from (Read) buf: one per slice of a striped replica, each at its offset
-// in the value, else one for the whole value.
-func (c *Client) transferReqs(ctx context.Context, op transfer.Opcode, rep *pb.Replica, buf []byte) ([]transfer.Request, error) {
+// from (Read) the scatter list parts: one per piece of a replica slice
+// that falls in one part (a striped replica has several slices, each at
+// its offset in the value; an unstriped one is one slice).
+func (c *Client) transferReqs(ctx context.Context, op transfer.Opcode, rep *pb.Replica, parts [][]byte) ([]transfer.Request, error) {
 	slices := rep.Slices
 	if len(slices) == 0 {
 		slices = []*pb.Slice{{Segment: rep.Segment, SegmentId: rep.SegmentId, Addr: rep.Addr, Size: rep.Size}}
 	}
-	out := make([]transfer.Request, len(slices))
-	var off uint64
+	total := partsLen(parts)
+	out := make([]transfer.Request, 0, max(len(slices), len(parts)))
+	var off uint64          // value offset of the current slice
+	p, poff := 0, uint64(0) // current part and the offset in it
 	for i, s := range slices {
-		if s.Size == 0 || off+s.Size > rep.Size || off+s.Size > uint64(len(buf)) {
+		if s.Size == 0 || off+s.Size > rep.Size || off+s.Size > total {
 			return nil, fmt.Errorf("replica slice %d (%d bytes at value offset %d) outside the %d-byte value", i, s.Size, off, rep.Size)
 		}
 		seg, err := c.engine.OpenSegment(ctx, s.Segment)
 		if err != nil {
 			return nil, fmt.Errorf("open segment %q: %w", s.Segment, err)
 		}
-		out[i] = transfer.Request{Op: op, Source: memory.AddrOf(buf) + off, Target: seg, TargetOffset: s.Addr, Length: s.Size}
+		for done := uint64(0); done < s.Size; {
+			for poff == uint64(len(parts[p])) {
+				p, poff = p+1, 0
+			}
+			n := min(s.Size-done, uint64(len(parts[p]))-poff)
+			out = append(out, transfer.Request{Op: op, Source: memory.AddrOf(parts[p]) + poff, Target: seg, TargetOffset: s.Addr + done, Length: n})
+			done, poff = done+n, poff+n
+		}
 		off += s.Size
 	}
 	if off != rep.Size {
 		return nil, fmt.Errorf("replica slices hold %d of %d bytes", off, rep.Size)
 	}
 	return out, nil
+}
+
+// partsLen is the total length in bytes of a scatter list (empty parts
+// are skipped when moving bytes).
+func partsLen(parts [][]byte) uint64 {
+	var n uint64
+	for _, b := range parts {
+		n += uint64(len(b))
+	}
+	return n
 }
 
 // failed returns the first failure among st, or nil when all completed.
