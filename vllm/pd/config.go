@@ -221,6 +221,9 @@ func (c *Config) Validate() error {
 	case len(d.Regions) == 0:
 		return fmt.Errorf("%w: config: no KV regions", ErrInvalidArgument)
 	}
+	if ip := net.ParseIP(d.Host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%w: config: Host %q is not an address peers can reach (give this machine's IP)", ErrInvalidArgument, d.Host)
+	}
 	for i, r := range d.Regions {
 		switch {
 		case r.BlockBytes == 0 || r.NumBlocks == 0:

@@ -427,6 +427,7 @@ func TestConfigValidate(t *testing.T) {
 		{"ZeroBlock", Config{EngineID: "e", Regions: []Region{{Mem: mem, NumBlocks: 5}}}, ErrInvalidArgument},
 		{"DeviceNoCUDA", Config{EngineID: "e", Regions: []Region{{DeviceAddr: 1 << 40, BlockBytes: 1, NumBlocks: 1}}}, ErrInvalidArgument},
 		{"Protocol", Config{EngineID: "e", Protocol: "rdma", Regions: []Region{good}}, ErrUnsupported},
+		{"UnspecifiedHost", Config{EngineID: "e", Host: "0.0.0.0", Regions: []Region{good}}, ErrInvalidArgument},
 		{"Good", Config{EngineID: "e", Regions: []Region{good}}, nil},
 	}
 	for _, k := range cases {

@@ -119,7 +119,7 @@ func NewProducer(ctx context.Context, cfg Config) (*Producer, error) {
 	if !cfg.ExternalBootstrap && cfg.DPRank == 0 && cfg.TPRank == 0 {
 		if p.boot, err = NewBootstrapServer(base[len("http://"):]); err != nil {
 			p.cancel()
-			return nil, err
+			return nil, fmt.Errorf("%w (producer dp 0 tp 0 serves the bootstrap server; set ExternalBootstrap when another process serves it)", err)
 		}
 		base = "http://" + p.boot.Addr()
 	}
