@@ -42,7 +42,7 @@ func Example() {
 
 	_ = prod.Ready("xfer-1", []int{1, 2, 3})                                   // prefill done
 	_ = cons.Recv("xfer-1", prod.BootstrapAddr(), "prefill-0", []int{4, 5, 6}) // decode asks
-	tick := time.NewTicker(time.Millisecond) // poll Finished once per engine step
+	tick := time.NewTicker(time.Millisecond)                                   // poll Finished once per engine step
 	defer tick.Stop()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); <-tick.C {
 		done, failed := cons.Finished()
