@@ -16,8 +16,8 @@ import (
 	"time"
 )
 
-// maxBootstrapBody bounds a /register body and a /query response read by
-// the client.
+// maxRegisterBody bounds a /register body the server reads; maxQueryBody
+// bounds a /query answer the client reads.
 const (
 	maxRegisterBody = 64 << 10
 	maxQueryBody    = 8 << 20

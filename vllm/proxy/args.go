@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -8,10 +9,10 @@ import (
 
 // Args is the proxy's command line.
 type Args struct {
-	Prefill []Prefill
-	Decode  []string
-	Host    string // listen host; default 127.0.0.1
-	Port    int    // listen port; default 8000 (0 picks a free one)
+	Prefill []Prefill // --prefill URL [BOOTSTRAP_PORT], in order
+	Decode  []string  // --decode URL, in order
+	Host    string    // listen host; default 127.0.0.1
+	Port    int       // listen port; default 8000 (0 picks a free one)
 }
 
 // ParseArgs reads the command line of upstream's
@@ -72,7 +73,7 @@ func ParseArgs(args []string) (Args, error) {
 }
 
 // ErrHelp is returned by ParseArgs for -h / --help.
-var ErrHelp = fmt.Errorf("proxy: help requested")
+var ErrHelp = errors.New("proxy: help requested")
 
 // Usage is the command line summary.
 const Usage = `usage: proxy --prefill URL [BOOTSTRAP_PORT] [--prefill ...] --decode URL [--decode ...] [--host 127.0.0.1] [--port 8000]
