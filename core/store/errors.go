@@ -36,11 +36,15 @@ const (
 	ObjectAlreadyExists      ErrorCode = -705
 	ObjectHasLease           ErrorCode = -706
 	LeaseExpired             ErrorCode = -707
+	ObjectReplicaBusy        ErrorCode = -714
 	TransferFail             ErrorCode = -800
+	ChecksumMismatch         ErrorCode = -801
 	RPCFail                  ErrorCode = -900
 	RPCTimeout               ErrorCode = -901
 	UnavailableInCurrentMode ErrorCode = -1011
 	NotSupported             ErrorCode = -1012
+	UnableOffload            ErrorCode = -1300
+	TaskNotFound             ErrorCode = -1400
 )
 
 var codeNames = map[ErrorCode]string{
@@ -51,9 +55,11 @@ var codeNames = map[ErrorCode]string{
 	IllegalClient: "ILLEGAL_CLIENT", InvalidWrite: "INVALID_WRITE", InvalidRead: "INVALID_READ",
 	InvalidReplica: "INVALID_REPLICA", ReplicaIsNotReady: "REPLICA_IS_NOT_READY",
 	ObjectNotFound: "OBJECT_NOT_FOUND", ObjectAlreadyExists: "OBJECT_ALREADY_EXISTS",
-	ObjectHasLease: "OBJECT_HAS_LEASE", LeaseExpired: "LEASE_EXPIRED", TransferFail: "TRANSFER_FAIL",
+	ObjectHasLease: "OBJECT_HAS_LEASE", LeaseExpired: "LEASE_EXPIRED", ObjectReplicaBusy: "OBJECT_REPLICA_BUSY",
+	TransferFail: "TRANSFER_FAIL", ChecksumMismatch: "CHECKSUM_MISMATCH",
 	RPCFail: "RPC_FAIL", RPCTimeout: "RPC_TIMEOUT",
 	UnavailableInCurrentMode: "UNAVAILABLE_IN_CURRENT_MODE", NotSupported: "NOT_SUPPORTED",
+	UnableOffload: "UNABLE_OFFLOAD", TaskNotFound: "TASK_NOT_FOUND",
 }
 
 // String returns upstream's name of the code, e.g. "OBJECT_NOT_FOUND".
@@ -120,4 +126,8 @@ var (
 	ErrBufferOverflow      = &Error{Code: BufferOverflow}
 	ErrRPCFail             = &Error{Code: RPCFail}
 	ErrInternal            = &Error{Code: InternalError}
+	ErrObjectReplicaBusy   = &Error{Code: ObjectReplicaBusy}
+	ErrChecksumMismatch    = &Error{Code: ChecksumMismatch}
+	ErrUnableOffload       = &Error{Code: UnableOffload}
+	ErrTaskNotFound        = &Error{Code: TaskNotFound}
 )

@@ -223,6 +223,22 @@ func (r *Replicator) ObjectRemoved(key string) {
 	r.observe(wireEntry{Op: opRemove, Key: key})
 }
 
+// ObjectUpdated implements master.Observer.
+func (r *Replicator) ObjectUpdated(obj master.ObjectRecord) {
+	w := toWireObject(obj)
+	r.observe(wireEntry{Op: opUpdate, Object: &w})
+}
+
+// DiskMounted implements master.Observer.
+func (r *Replicator) DiskMounted(id string, capacity uint64) {
+	r.observe(wireEntry{Op: opDiskMount, SegmentID: id, Capacity: capacity})
+}
+
+// DiskUnmounted implements master.Observer.
+func (r *Replicator) DiskUnmounted(id string) {
+	r.observe(wireEntry{Op: opDiskUnmount, SegmentID: id})
+}
+
 // Sync waits until every event observed before the call is durable in
 // etcd. A server calls it after each RPC, before answering, so that no
 // answer reveals state a new leader would not have. Errors: the

@@ -16,6 +16,10 @@ const (
 	opUnmount = "unmount"
 	opCommit  = "commit"
 	opRemove  = "remove"
+	// SSD tier (master/tier.go).
+	opUpdate      = "update"
+	opDiskMount   = "disk_mount"
+	opDiskUnmount = "disk_unmount"
 )
 
 type wireSegment struct {
@@ -26,6 +30,9 @@ type wireSegment struct {
 	Protocol string `json:"protocol,omitempty"`
 	HostID   string `json:"host_id,omitempty"`
 	Client   string `json:"client"`
+	// DiskCapacity is the segment's disk tier in bytes (snapshots only;
+	// the log carries disk_mount events); 0 = none.
+	DiskCapacity uint64 `json:"disk_capacity,omitempty"`
 }
 
 type wirePiece struct {
@@ -47,6 +54,8 @@ type wireObject struct {
 	Replicas []wireReplica `json:"replicas"`
 	SoftPin  bool          `json:"soft_pin,omitempty"`
 	HardPin  bool          `json:"hard_pin,omitempty"`
+	ID       uint64        `json:"id,omitempty"`   // the value's identity (disk tier tasks)
+	Disk     string        `json:"disk,omitempty"` // segment whose disk tier holds a copy
 }
 
 // wireEntry is one event of the operation log.
@@ -54,8 +63,9 @@ type wireEntry struct {
 	Op        string       `json:"op"`
 	Segment   *wireSegment `json:"segment,omitempty"`    // mount
 	SegmentID string       `json:"segment_id,omitempty"` // unmount
-	Object    *wireObject  `json:"object,omitempty"`     // commit
+	Object    *wireObject  `json:"object,omitempty"`     // commit, update
 	Key       string       `json:"key,omitempty"`        // remove
+	Capacity  uint64       `json:"capacity,omitempty"`   // disk_mount (with segment_id)
 }
 
 // wireSnapshot is a whole table (master.State) at sequence number Seq.
@@ -83,7 +93,7 @@ func (w wireSegment) segment() master.Segment {
 }
 
 func toWireObject(o master.ObjectRecord) wireObject {
-	w := wireObject{Key: o.Key, Size: o.Size, Owner: o.Owner, SoftPin: o.SoftPin, HardPin: o.HardPin, Replicas: make([]wireReplica, len(o.Replicas))}
+	w := wireObject{Key: o.Key, Size: o.Size, Owner: o.Owner, SoftPin: o.SoftPin, HardPin: o.HardPin, Replicas: make([]wireReplica, len(o.Replicas)), ID: o.ID, Disk: o.Disk}
 	for i, r := range o.Replicas {
 		wr := wireReplica{Segment: r.SegmentID, Offset: r.Offset}
 		for _, p := range r.Stripe {
@@ -95,7 +105,7 @@ func toWireObject(o master.ObjectRecord) wireObject {
 }
 
 func (w wireObject) record() master.ObjectRecord {
-	o := master.ObjectRecord{Key: w.Key, Size: w.Size, Owner: w.Owner, SoftPin: w.SoftPin, HardPin: w.HardPin, Replicas: make([]master.ReplicaRecord, len(w.Replicas))}
+	o := master.ObjectRecord{Key: w.Key, Size: w.Size, Owner: w.Owner, SoftPin: w.SoftPin, HardPin: w.HardPin, Replicas: make([]master.ReplicaRecord, len(w.Replicas)), ID: w.ID, Disk: w.Disk}
 	for i, r := range w.Replicas {
 		rr := master.ReplicaRecord{SegmentID: r.Segment, Offset: r.Offset}
 		for _, p := range r.Stripe {
@@ -110,6 +120,7 @@ func toWireSnapshot(st master.State, seq uint64) wireSnapshot {
 	w := wireSnapshot{Seq: seq, Segments: make([]wireSegment, len(st.Segments)), Objects: make([]wireObject, len(st.Objects))}
 	for i, s := range st.Segments {
 		w.Segments[i] = toWireSegment(s.Segment, s.Client)
+		w.Segments[i].DiskCapacity = s.DiskCapacity
 	}
 	for i, o := range st.Objects {
 		w.Objects[i] = toWireObject(o)
@@ -120,7 +131,7 @@ func toWireSnapshot(st master.State, seq uint64) wireSnapshot {
 func (w wireSnapshot) state() master.State {
 	st := master.State{Segments: make([]master.SegmentRecord, len(w.Segments)), Objects: make([]master.ObjectRecord, len(w.Objects))}
 	for i, s := range w.Segments {
-		st.Segments[i] = master.SegmentRecord{Segment: s.segment(), Client: s.Client}
+		st.Segments[i] = master.SegmentRecord{Segment: s.segment(), Client: s.Client, DiskCapacity: s.DiskCapacity}
 	}
 	for i, o := range w.Objects {
 		st.Objects[i] = o.record()
@@ -149,6 +160,15 @@ func apply(m *master.Master, e wireEntry) error {
 		if !m.RestoreRemove(e.Key) {
 			err = fmt.Errorf("no complete object %q to remove", e.Key)
 		}
+	case opUpdate:
+		if e.Object == nil {
+			return fmt.Errorf("%w: update without an object", ErrCorrupt)
+		}
+		err = m.RestoreUpdate(e.Object.record())
+	case opDiskMount:
+		err = m.RestoreDisk(e.SegmentID, e.Capacity)
+	case opDiskUnmount:
+		err = m.RestoreDiskUnmount(e.SegmentID)
 	default:
 		err = fmt.Errorf("unknown op %q", e.Op)
 	}

@@ -15,6 +15,8 @@ type ObjectInfo struct {
 	Size     uint64 // value bytes (one replica)
 	Owner    string // client that wrote it
 	Complete bool   // readable; false while being written
+	// Replicas are the DRAM replicas, then the LOCAL_DISK one if any
+	// (Replica.Type).
 	Replicas []Replica
 	// LeaseLeft is the time until the lease ends, 0 when unleased.
 	LeaseLeft time.Duration
@@ -22,6 +24,9 @@ type ObjectInfo struct {
 	// time until the soft pin lapses (0 when not in force).
 	SoftPin, HardPin bool
 	SoftPinLeft      time.Duration
+	// ID is the value's identity (the master numbers values at PutStart;
+	// disk tier tasks and the owner's files carry it).
+	ID uint64
 }
 
 // SegmentInfo describes one mounted segment for operators.
@@ -57,6 +62,8 @@ func (m *Master) removable(o *object, force bool, now time.Time) error {
 		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", o.key, o.leaseUntil.Sub(now))
 	case !force && o.hardPin:
 		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", o.key)
+	case !force && o.task != nil && o.task.taken:
+		return store.Errorf(store.ObjectReplicaBusy, "key %q: a %s to the disk tier is in progress", o.key, o.task.kind)
 	}
 	return nil
 }
@@ -122,7 +129,10 @@ func (m *Master) Stat(key string) (ObjectInfo, error) {
 }
 
 func (m *Master) info(o *object, now time.Time) ObjectInfo {
-	in := ObjectInfo{Key: o.key, Size: o.size, Owner: o.owner, Complete: o.complete, Replicas: m.descs(o), SoftPin: o.softPin, HardPin: o.hardPin}
+	in := ObjectInfo{Key: o.key, Size: o.size, Owner: o.owner, Complete: o.complete, Replicas: m.descs(o), SoftPin: o.softPin, HardPin: o.hardPin, ID: o.id}
+	if t := o.disk; t != nil {
+		in.Replicas = append(in.Replicas, Replica{Type: ReplicaLocalDisk, Segment: t.seg.Name, SegmentID: t.seg.ID, Size: o.size, Status: ReplicaComplete})
+	}
 	if o.leaseUntil.After(now) {
 		in.LeaseLeft = o.leaseUntil.Sub(now)
 	}

@@ -58,6 +58,20 @@ type Config struct {
 	// can be evicted (upstream --allow_evict_soft_pinned_objects=false). By
 	// default they are evicted in a second pass, as upstream.
 	NoEvictSoftPinned bool
+	// EnableOffload lets owners attach disk tiers to their segments
+	// (MountLocalDisk) and moves objects to them (upstream
+	// --enable_offload, default false); see tier.go. Without
+	// OffloadOnEvict every committed object whose DRAM replica lies on a
+	// segment with a disk tier is offloaded at once (write-through) and
+	// keeps its DRAM replica until evicted.
+	EnableOffload bool
+	// OffloadOnEvict offloads an object when eviction picks it, instead of
+	// dropping it, and frees its DRAM once the copy is on disk (upstream
+	// --offload_on_evict, default false). Requires EnableOffload.
+	OffloadOnEvict bool
+	// TierTaskTimeout is how long a disk tier owner has to report a task
+	// it took before the master abandons it; default 30 s.
+	TierTaskTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -91,10 +105,16 @@ func (c *Config) defaults() {
 	if c.DefaultSoftPinTTL <= 0 {
 		c.DefaultSoftPinTTL = 30 * time.Minute
 	}
+	if c.TierTaskTimeout <= 0 {
+		c.TierTaskTimeout = 30 * time.Second
+	}
 }
 
-// Validate reports an out-of-range setting.
+// Validate reports an out-of-range setting: INVALID_PARAMS naming it.
 func (c *Config) Validate() error {
+	if c.OffloadOnEvict && !c.EnableOffload {
+		return store.Errorf(store.InvalidParams, "offload_on_evict needs enable_offload")
+	}
 	if c.EvictionRatio < 0 || c.EvictionRatio > 1 {
 		return store.Errorf(store.InvalidParams, "eviction_ratio %v not in [0,1]", c.EvictionRatio)
 	}
@@ -151,21 +171,25 @@ const (
 // larger than any one segment can hold) has Slices instead: the value's
 // consecutive pieces, each on its own segment; Segment, SegmentID and Addr
 // are then empty and Size is the whole value. Pieces returns either form as
-// slices.
+// slices. A ReplicaLocalDisk replica (operator views only: readers are
+// given DRAM replicas) is a file on the disk tier of segment SegmentID;
+// Addr is 0.
 type Replica struct {
 	Segment   string // transport endpoint: the owner's transfer segment name
 	SegmentID string
 	Addr      uint64
 	Size      uint64
 	Status    ReplicaStatus
-	Slices    []Slice // nil unless striped
+	Slices    []Slice     // nil unless striped
+	Type      ReplicaType // ReplicaMemory unless on a disk tier
 }
 
 type segment struct {
 	Segment
 	client  string
 	alloc   *alloc.Allocator
-	objects map[*object]struct{} // objects with a replica here
+	objects map[*object]struct{} // objects with a replica (or a load's staging range) here
+	disk    *diskTier            // attached disk tier, or nil
 }
 
 type replica struct {
@@ -186,6 +210,11 @@ type object struct {
 
 	softPin, hardPin bool      // ReplicaConfig.WithSoftPin / WithHardPin
 	softPinUntil     time.Time // soft pin deadline, refreshed by each lease grant
+
+	id        uint64    // identity of this value (tier tasks name it)
+	disk      *diskTier // LOCAL_DISK replica, or nil
+	task      *tierTask // queued or taken tier task, or nil
+	noOffload bool      // an offload failed: do not try again
 }
 
 type discarded struct {
@@ -209,6 +238,19 @@ type Stats struct {
 	HardPinned     int    // objects put WithHardPin
 	PartialPuts    uint64 // PutStart calls that made fewer replicas than asked
 	StripedPuts    uint64 // PutStart calls that striped a replica over segments
+
+	// Disk tiers (tier.go). DiskCapacity is the registered capacity of
+	// every tier, DiskUsed the value bytes of LOCAL_DISK replicas (the
+	// owners' files also hold headers), DiskObjects the objects with one.
+	DiskCapacity, DiskUsed uint64
+	DiskObjects            int
+	Offloads               uint64 // offloads that succeeded (LOCAL_DISK replicas added)
+	OffloadFailures        uint64 // offloads the owner reported failed
+	DiskHits               uint64 // loads from disk that succeeded (reads served from disk)
+	DiskMisses             uint64 // loads that failed (corrupt or missing file): objects dropped
+	DiskEvictions          uint64 // LOCAL_DISK replicas dropped because the owner evicted the file
+	TierTaskTimeouts       uint64 // tasks abandoned past their deadline
+	PendingOffloadBytes    uint64 // DRAM to be freed by offloads queued by eviction
 }
 
 // SegmentStats is one segment's usage.
@@ -216,6 +258,10 @@ type SegmentStats struct {
 	ID, Name       string
 	Capacity, Used uint64
 	Objects        int
+	// DiskCapacity and DiskUsed (bytes) and DiskObjects describe the
+	// segment's disk tier; zero without one.
+	DiskCapacity, DiskUsed uint64
+	DiskObjects            int
 }
 
 // Master is the pool's metadata service. See the package doc.
@@ -231,6 +277,12 @@ type Master struct {
 	used     uint64
 	stats    Stats
 	pinned   struct{ soft, hard int } // objects in the table with each pin
+
+	nextID       uint64                 // next object id
+	tierSeq      uint64                 // see TierSeq
+	pendingFree  uint64                 // DRAM bytes offloads queued by eviction will free
+	inflight     map[*tierTask]struct{} // taken tier tasks
+	diskCapacity uint64                 // bytes over all disk tiers
 }
 
 // New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
@@ -239,7 +291,8 @@ func New(cfg Config) (*Master, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]time.Time{}}
+	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]time.Time{},
+		nextID: 1, inflight: map[*tierTask]struct{}{}}
 	m.lru.prev, m.lru.next = &m.lru, &m.lru
 	return m, nil
 }
@@ -311,9 +364,10 @@ func (m *Master) MountSegment(seg Segment, client string) error {
 	return nil
 }
 
-// UnmountSegment removes a segment; every replica on it is dropped at once
-// and objects left without replicas disappear (an unfinished write of such an
-// object then fails at PutEnd with OBJECT_NOT_FOUND). Errors:
+// UnmountSegment removes a segment; every replica on it is dropped at once,
+// with its disk tier and the LOCAL_DISK replicas there, and objects left
+// without replicas disappear (an unfinished write of such an object then
+// fails at PutEnd with OBJECT_NOT_FOUND). Errors:
 // SEGMENT_NOT_FOUND. Mirrors upstream UnmountSegment.
 func (m *Master) UnmountSegment(id, client string) error {
 	s, ok := m.segs[id]
@@ -322,6 +376,14 @@ func (m *Master) UnmountSegment(id, client string) error {
 	}
 	for o := range s.objects {
 		m.dropReplicasOn(o, s)
+	}
+	if s.disk != nil {
+		for o := range s.disk.objects {
+			m.dropReplicasOn(o, s)
+		}
+		m.diskCapacity -= s.disk.capacity
+		s.disk = nil
+		m.tierSeq++
 	}
 	// Discarded ranges on this segment vanish with it.
 	for i := range m.discards {
@@ -420,7 +482,8 @@ func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([
 	if size > m.capacity {
 		return nil, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
 	}
-	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin}
+	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, id: m.nextID}
+	m.nextID++
 	m.allocate(o, cfg, now)
 	if len(o.replicas) == 0 {
 		m.stats.AllocFailures++
@@ -438,7 +501,9 @@ func (m *Master) evictTarget(need uint64) uint64 {
 }
 
 // PutEnd marks key's replicas complete: the object becomes readable and the
-// most recently used. Idempotent on a complete object. Errors:
+// most recently used; with Config.EnableOffload and without OffloadOnEvict
+// it is queued for offload to a disk tier (tier.go). Idempotent on a
+// complete object. Errors:
 // OBJECT_NOT_FOUND; ILLEGAL_CLIENT (another client's write). Mirrors
 // upstream PutEnd.
 func (m *Master) PutEnd(client, key string) error {
@@ -457,6 +522,11 @@ func (m *Master) PutEnd(client, key string) error {
 	m.lruFront(o)
 	m.refreshSoftPin(o)
 	m.observeCommitted(o)
+	if !m.cfg.OffloadOnEvict {
+		if t, src, ok := m.offloadSource(o); ok {
+			m.queueOffload(o, t, src, false)
+		}
+	}
 	return nil
 }
 
@@ -478,33 +548,32 @@ func (m *Master) PutRevoke(client, key string) error {
 	return nil
 }
 
-// GetReplicaList returns key's readable replicas and grants (or extends) a
-// lease of DefaultLeaseTTL from now, during which the object is neither
-// evicted nor removed without force; the read counts as a use for LRU.
-// Errors: OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (still being written);
-// INVALID_PARAMS / INVALID_KEY for a bad key. Mirrors upstream
+// GetReplicaList returns key's readable DRAM replicas and grants (or
+// extends) a lease of DefaultLeaseTTL from now, during which the object is
+// neither evicted nor removed without force; the read counts as a use for
+// LRU. An object only on a disk tier is staged back into DRAM (see
+// GetOrLoad) and reported REPLICA_IS_NOT_READY until it is. Errors:
+// OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (still being written, or being
+// loaded from disk); NO_AVAILABLE_HANDLE (no DRAM to stage a disk-only
+// object); INVALID_PARAMS / INVALID_KEY for a bad key. Mirrors upstream
 // GetReplicaList.
 func (m *Master) GetReplicaList(key string) ([]Replica, time.Duration, error) {
-	if err := checkKey(key); err != nil {
-		return nil, 0, err
+	reps, ttl, loading, err := m.GetOrLoad(key)
+	if loading {
+		return nil, 0, store.Errorf(store.ReplicaIsNotReady, "key %q is being loaded from disk", key)
 	}
-	o, ok := m.objects[key]
-	if !ok {
-		return nil, 0, store.Errorf(store.ObjectNotFound, "key %q", key)
-	}
-	if !o.complete {
-		return nil, 0, store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
-	}
-	m.grant(o)
-	return m.descs(o), m.cfg.DefaultLeaseTTL, nil
+	return reps, ttl, err
 }
 
+// grant leases o; a use for LRU when o is in DRAM.
 func (m *Master) grant(o *object) {
 	until := m.cfg.Now().Add(m.cfg.DefaultLeaseTTL)
 	if until.After(o.leaseUntil) {
 		o.leaseUntil = until
 	}
-	m.lruFront(o)
+	if len(o.replicas) > 0 {
+		m.lruFront(o)
+	}
 	m.refreshSoftPin(o)
 }
 
@@ -523,10 +592,11 @@ func (m *Master) ExistKey(key string) (bool, error) {
 	return true, nil
 }
 
-// Remove deletes key and frees its space; a soft pin does not protect it.
-// Errors: OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (being written);
-// OBJECT_HAS_LEASE (leased, or hard-pinned, and not force). Mirrors
-// upstream Remove(key, force).
+// Remove deletes key and frees its space (DRAM and disk replicas); a soft
+// pin does not protect it. Errors: OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY
+// (being written); OBJECT_HAS_LEASE (leased, or hard-pinned, and not
+// force); OBJECT_REPLICA_BUSY (a disk tier owner is copying it, and not
+// force). Mirrors upstream Remove(key, force).
 func (m *Master) Remove(key string, force bool) error {
 	if err := checkKey(key); err != nil {
 		return err
@@ -544,12 +614,16 @@ func (m *Master) Remove(key string, force bool) error {
 	if !force && o.hardPin {
 		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", key)
 	}
+	if !force && o.task != nil && o.task.taken {
+		return store.Errorf(store.ObjectReplicaBusy, "key %q: a %s to the disk tier is in progress", key, o.task.kind)
+	}
 	m.free(o)
 	return nil
 }
 
 // Tick runs the periodic duties: unmount segments of clients whose TTL
-// passed, release expired discarded writes, and evict when usage is above
+// passed, release expired discarded writes, abandon tier tasks past their
+// deadline, and evict when usage is above
 // the high watermark (freeing max(eviction_ratio, usage - watermark +
 // eviction_ratio) of capacity, as upstream). It returns the keys evicted.
 func (m *Master) Tick() (evicted int) {
@@ -565,6 +639,7 @@ func (m *Master) Tick() (evicted int) {
 		}
 	}
 	m.releaseDiscards(now)
+	m.expireTasks(now)
 	if m.capacity == 0 {
 		return 0
 	}
@@ -602,9 +677,16 @@ func (m *Master) Stats() Stats {
 	s.Capacity, s.Used = m.capacity, m.used
 	s.Objects, s.Segments, s.Clients = len(m.objects), len(m.order), len(m.clients)
 	s.SoftPinned, s.HardPinned = m.pinned.soft, m.pinned.hard
+	s.DiskCapacity, s.PendingOffloadBytes = m.diskCapacity, m.pendingFree
 	for _, seg := range m.order {
 		st := seg.alloc.Stats()
-		s.SegmentsDetail = append(s.SegmentsDetail, SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: len(seg.objects)})
+		d := SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: len(seg.objects)}
+		if t := seg.disk; t != nil {
+			d.DiskCapacity, d.DiskUsed, d.DiskObjects = t.capacity, t.used, len(t.objects)
+			s.DiskUsed += t.used
+			s.DiskObjects += len(t.objects)
+		}
+		s.SegmentsDetail = append(s.SegmentsDetail, d)
 	}
 	return s
 }

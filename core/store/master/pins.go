@@ -30,27 +30,51 @@ func (o *object) softPinned(now time.Time) bool {
 // evict frees least recently used complete objects that are neither leased
 // nor hard-pinned until target bytes were freed or no candidate is left:
 // first those not soft-pinned, then, if still short and allowed, the
-// soft-pinned ones. It returns the bytes freed.
+// soft-pinned ones. An object with a LOCAL_DISK replica loses only its
+// DRAM replicas; with Config.OffloadOnEvict an object that can go to a
+// disk tier is queued for offload instead of dropped, and DRAM already
+// queued that way (Stats.PendingOffloadBytes) counts towards target. An
+// object with a tier task in flight is skipped. It returns the bytes
+// freed now.
 func (m *Master) evict(now time.Time, target uint64) uint64 {
 	m.stats.EvictionRuns++
-	freed := m.evictPass(now, target, false)
-	if freed < target && !m.cfg.NoEvictSoftPinned {
-		freed += m.evictPass(now, target-freed, true)
+	queued := m.pendingFree
+	freed := m.evictPass(now, target, false, &queued)
+	if freed+queued < target && !m.cfg.NoEvictSoftPinned {
+		freed += m.evictPass(now, target-freed, true, &queued)
 	}
 	return freed
 }
 
 // evictPass walks the LRU list from its least recently used end, taking
-// candidates whose soft pin state is soft.
-func (m *Master) evictPass(now time.Time, target uint64, soft bool) uint64 {
+// candidates whose soft pin state is soft, until freed plus *queued
+// reaches target.
+func (m *Master) evictPass(now time.Time, target uint64, soft bool, queued *uint64) uint64 {
 	var freed uint64
-	for o := m.lru.prev; o != &m.lru && freed < target; {
+	for o := m.lru.prev; o != &m.lru && freed+*queued < target; {
 		prev := o.prev
-		if !o.leaseUntil.After(now) && !o.hardPin && o.softPinned(now) == soft {
-			n := o.size * uint64(len(o.replicas))
+		if !m.evictable(o, now) || o.softPinned(now) != soft {
+			o = prev
+			continue
+		}
+		if t := o.task; t != nil {
+			if t.taken || t.evict {
+				o = prev // busy, or already on its way out
+				continue
+			}
+			m.cancelTask(o, nil) // a write-through offload not started yet
+		}
+		n := o.size * uint64(len(o.replicas))
+		if o.disk != nil {
 			freed += n
-			m.stats.EvictedObjects++
-			m.stats.EvictedBytes += n
+			m.countEviction(o)
+			m.dropMemory(o)
+		} else if t, src, ok := m.offloadSource(o); ok && m.cfg.OffloadOnEvict {
+			*queued += n
+			m.queueOffload(o, t, src, true)
+		} else {
+			freed += n
+			m.countEviction(o)
 			m.free(o)
 		}
 		o = prev

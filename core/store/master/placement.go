@@ -121,7 +121,8 @@ func (m *Master) freeReplica(o *object, r replica, gone *segment) {
 }
 
 // dropReplicasOn drops o's replicas that have a range on s (a striped
-// replica loses all its pieces); o leaves the table with its last replica.
+// replica loses all its pieces), its LOCAL_DISK replica on s's disk tier
+// and its tier task there; o leaves the table with its last replica.
 func (m *Master) dropReplicasOn(o *object, s *segment) {
 	kept := o.replicas[:0]
 	for _, r := range o.replicas {
@@ -132,13 +133,31 @@ func (m *Master) dropReplicasOn(o *object, s *segment) {
 		}
 	}
 	o.replicas = kept
-	if len(kept) == 0 {
+	if t := o.task; t != nil && t.pending > 0 {
+		// An offload queued by eviction frees what is left.
+		np := o.size * uint64(len(kept))
+		m.pendingFree -= t.pending - np
+		t.pending = np
+	}
+	if t := o.task; t != nil && (t.tier.seg == s || (t.kind == TaskLoad && t.staging.seg == s)) {
+		m.cancelTask(o, s)
+	}
+	if o.disk != nil && o.disk.seg == s {
+		m.detachDisk(o)
+	}
+	switch {
+	case len(kept) == 0 && o.disk == nil:
 		m.forget(o)
+	case len(kept) == 0:
+		m.lruRemove(o) // only on disk now
 	}
 }
 
-// forget takes o out of the table and the LRU list.
+// forget takes o out of the table and the LRU list, cancels its tier task
+// and drops its LOCAL_DISK replica.
 func (m *Master) forget(o *object) {
+	m.cancelTask(o, nil)
+	m.detachDisk(o)
 	m.lruRemove(o)
 	if m.objects[o.key] != o {
 		return

@@ -12,14 +12,19 @@ import (
 // A Master with Config.Observer set tells the observer about every
 // committed mutation, synchronously and in the order the master applied
 // them: a segment mounted or unmounted (explicitly or because its client's
-// TTL passed), an object committed (PutEnd), a complete object removed
-// (Remove, RemoveByRegex, RemoveAll, eviction). Replaying those events on a
+// TTL passed), a disk tier attached or detached, an object committed
+// (PutEnd), a complete object's replicas changed (offloaded to disk, DRAM
+// evicted with the disk copy kept, staged back from disk, disk copy
+// dropped), a complete object removed (Remove, RemoveByRegex, RemoveAll,
+// eviction, a failed load). Replaying those events on a
 // fresh master through the Restore methods, in order, rebuilds the same
 // object table and segment allocations; Dump and Restore do the same for a
 // whole table at once (a snapshot).
 //
 // Not replicated: leases, the LRU order of reads, soft-pin deadlines,
-// clients without segments, and writes not yet committed. An unfinished
+// clients without segments, writes not yet committed, and disk tier tasks
+// with their staging ranges (an owner's report to a new leader is refused
+// with TASK_NOT_FOUND; a load in flight is started again by the next read). An unfinished
 // write is lost on failover: its PutEnd at the new master fails with
 // OBJECT_NOT_FOUND and the writer retries the put. Its space is free at the
 // new master, so a writer that is still transferring into it when another
@@ -46,6 +51,15 @@ type Observer interface {
 	ObjectCommitted(obj ObjectRecord)
 	// ObjectRemoved follows the removal of the complete object key.
 	ObjectRemoved(key string)
+	// ObjectUpdated follows a change of a complete object's replicas
+	// (tier.go): obj is the whole new record.
+	ObjectUpdated(obj ObjectRecord)
+	// DiskMounted follows the attachment of a disk tier of capacity bytes
+	// to segment id (MountLocalDisk).
+	DiskMounted(id string, capacity uint64)
+	// DiskUnmounted follows the explicit detachment of segment id's disk
+	// tier (UnmountLocalDisk; unmounting the segment implies it).
+	DiskUnmounted(id string)
 }
 
 // PieceRecord is one allocated range of a replica: Size bytes at Offset
@@ -76,17 +90,20 @@ func (r ReplicaRecord) pieces(size uint64) []PieceRecord {
 // ObjectRecord is a committed object as replicated.
 type ObjectRecord struct {
 	Key      string
-	Size     uint64 // bytes of the value (one replica)
-	Owner    string // the client that wrote it (PutEnd stays idempotent for it)
-	Replicas []ReplicaRecord
-	SoftPin  bool // its soft pin restarts at DefaultSoftPinTTL when restored
+	Size     uint64          // bytes of the value (one replica)
+	Owner    string          // the client that wrote it (PutEnd stays idempotent for it)
+	Replicas []ReplicaRecord // DRAM replicas; may be empty when Disk is set
+	SoftPin  bool            // its soft pin restarts at DefaultSoftPinTTL when restored
 	HardPin  bool
+	ID       uint64 // the value's identity (tier tasks); 0 = give it a fresh one
+	Disk     string // segment id whose disk tier holds a LOCAL_DISK replica; "" = none
 }
 
 // SegmentRecord is a mounted segment and the client that mounted it.
 type SegmentRecord struct {
-	Segment Segment
-	Client  string
+	Segment      Segment
+	Client       string
+	DiskCapacity uint64 // bytes of its disk tier; 0 = none
 }
 
 // State is a whole replicated table: what Dump returns and Restore takes.
@@ -113,6 +130,12 @@ func (m *Master) observeCommitted(o *object) {
 	}
 }
 
+func (m *Master) observeUpdated(o *object) {
+	if ob := m.cfg.Observer; ob != nil {
+		ob.ObjectUpdated(record(o))
+	}
+}
+
 // observeRemoved reports o's removal if it is complete (an unfinished write
 // was never reported).
 func (m *Master) observeRemoved(o *object) {
@@ -122,7 +145,10 @@ func (m *Master) observeRemoved(o *object) {
 }
 
 func record(o *object) ObjectRecord {
-	rec := ObjectRecord{Key: o.key, Size: o.size, Owner: o.owner, SoftPin: o.softPin, HardPin: o.hardPin, Replicas: make([]ReplicaRecord, len(o.replicas))}
+	rec := ObjectRecord{Key: o.key, Size: o.size, Owner: o.owner, SoftPin: o.softPin, HardPin: o.hardPin, Replicas: make([]ReplicaRecord, len(o.replicas)), ID: o.id}
+	if o.disk != nil {
+		rec.Disk = o.disk.seg.ID
+	}
 	for i, r := range o.replicas {
 		rr := ReplicaRecord{SegmentID: r.seg.ID, Offset: r.offset}
 		if r.stripe != nil {
@@ -141,12 +167,26 @@ func record(o *object) ObjectRecord {
 func (m *Master) SetObserver(ob Observer) { m.cfg.Observer = ob }
 
 // Dump returns the replicated part of the master's state: every mounted
-// segment and every complete object, least recently used first. Restore on
-// a fresh master rebuilds it.
+// segment with its disk tier, and every complete object: those only on
+// disk first (by key), then those in DRAM, least recently used first.
+// Restore on a fresh master rebuilds it.
 func (m *Master) Dump() State {
 	st := State{Segments: make([]SegmentRecord, len(m.order))}
+	var diskOnly []*object
 	for i, s := range m.order {
 		st.Segments[i] = SegmentRecord{Segment: s.Segment, Client: s.client}
+		if s.disk != nil {
+			st.Segments[i].DiskCapacity = s.disk.capacity
+			for o := range s.disk.objects {
+				if len(o.replicas) == 0 {
+					diskOnly = append(diskOnly, o)
+				}
+			}
+		}
+	}
+	slices.SortFunc(diskOnly, func(a, b *object) int { return cmp.Compare(a.key, b.key) })
+	for _, o := range diskOnly {
+		st.Objects = append(st.Objects, record(o))
 	}
 	for o := m.lru.prev; o != &m.lru; o = o.prev {
 		st.Objects = append(st.Objects, record(o))
@@ -171,8 +211,65 @@ func (m *Master) Restore(st State) error {
 		if err := m.RestoreSegment(s.Segment, s.Client); err != nil {
 			return err
 		}
+		if s.DiskCapacity > 0 {
+			if err := m.RestoreDisk(s.Segment.ID, s.DiskCapacity); err != nil {
+				return err
+			}
+		}
 	}
 	return m.RestoreObjects(st.Objects)
+}
+
+// RestoreDisk attaches a disk tier of capacity bytes to segment id without
+// reporting it, whether or not Config.EnableOffload is set. Errors:
+// INVALID_PARAMS (capacity 0); SEGMENT_NOT_FOUND; SEGMENT_ALREADY_EXISTS (a
+// tier of another capacity is attached).
+func (m *Master) RestoreDisk(id string, capacity uint64) error {
+	s, ok := m.segs[id]
+	switch {
+	case capacity == 0:
+		return store.Errorf(store.InvalidParams, "segment %q: disk tier of capacity 0", id)
+	case !ok:
+		return store.Errorf(store.SegmentNotFound, "segment %q", id)
+	case s.disk != nil && s.disk.capacity == capacity:
+		return nil
+	case s.disk != nil:
+		return store.Errorf(store.SegmentAlreadyExists, "segment %q has a disk tier of %d bytes", id, s.disk.capacity)
+	}
+	return m.quietly(func() error { m.mountDisk(s, capacity); return nil })
+}
+
+// RestoreDiskUnmount detaches segment id's disk tier without reporting it.
+// Errors: SEGMENT_NOT_FOUND; UNABLE_OFFLOAD (no tier attached).
+func (m *Master) RestoreDiskUnmount(id string) error {
+	s, ok := m.segs[id]
+	if !ok {
+		return store.Errorf(store.SegmentNotFound, "segment %q", id)
+	}
+	if s.disk == nil {
+		return store.Errorf(store.UnableOffload, "segment %q has no disk tier", id)
+	}
+	return m.quietly(func() error { m.dropTier(s); return nil })
+}
+
+// RestoreUpdate replaces the complete object rec.Key's replicas with rec's
+// (an ObjectUpdated event) without reporting it; the object ends most
+// recently used and leased as RestoreObject leaves it. An equal record is
+// a no-op. Errors: OBJECT_NOT_FOUND (no complete object under the key); as
+// RestoreObject otherwise, in which case the old object is gone and the
+// master should be discarded.
+func (m *Master) RestoreUpdate(rec ObjectRecord) error {
+	o, ok := m.objects[rec.Key]
+	if !ok || !o.complete {
+		return store.Errorf(store.ObjectNotFound, "key %q: no complete object to update", rec.Key)
+	}
+	if sameRecord(record(o), rec) {
+		return nil
+	}
+	return m.quietly(func() error {
+		m.free(o)
+		return m.RestoreObjects([]ObjectRecord{rec})
+	})
 }
 
 // RestoreSegment mounts seg for client without reporting it to the
@@ -218,8 +315,11 @@ func (m *Master) RestoreObject(rec ObjectRecord) error {
 	return m.RestoreObjects([]ObjectRecord{rec})
 }
 
+// sameRecord reports whether a and b describe the same object; an ID of 0
+// (a record that names none) matches any.
 func sameRecord(a, b ObjectRecord) bool {
 	return a.Key == b.Key && a.Size == b.Size && a.Owner == b.Owner && a.SoftPin == b.SoftPin && a.HardPin == b.HardPin &&
+		(a.ID == b.ID || a.ID == 0 || b.ID == 0) && a.Disk == b.Disk &&
 		slices.EqualFunc(a.Replicas, b.Replicas, func(x, y ReplicaRecord) bool {
 			return slices.Equal(x.pieces(a.Size), y.pieces(b.Size))
 		})
@@ -246,8 +346,17 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 			return store.Errorf(store.InvalidParams, "key %q restored twice", rec.Key)
 		case m.objects[rec.Key] != nil:
 			return store.Errorf(store.ObjectAlreadyExists, "key %q", rec.Key)
-		case rec.Size == 0 || len(rec.Replicas) == 0:
+		case rec.Size == 0 || (len(rec.Replicas) == 0 && rec.Disk == ""):
 			return store.Errorf(store.InvalidParams, "key %q: %d bytes, %d replicas", rec.Key, rec.Size, len(rec.Replicas))
+		}
+		if rec.Disk != "" {
+			s, ok := m.segs[rec.Disk]
+			if !ok {
+				return store.Errorf(store.SegmentNotFound, "key %q: disk tier of segment %q", rec.Key, rec.Disk)
+			}
+			if s.disk == nil {
+				return store.Errorf(store.InvalidParams, "key %q: segment %q has no disk tier", rec.Key, rec.Disk)
+			}
 		}
 		seen[rec.Key] = true
 		for _, r := range rec.Replicas {
@@ -283,7 +392,14 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 	now := m.cfg.Now()
 	for _, rec := range recs {
 		o := &object{key: rec.Key, size: rec.Size, owner: rec.Owner, started: now, complete: true,
-			leaseUntil: now.Add(m.cfg.DefaultLeaseTTL), softPin: rec.SoftPin, hardPin: rec.HardPin}
+			leaseUntil: now.Add(m.cfg.DefaultLeaseTTL), softPin: rec.SoftPin, hardPin: rec.HardPin, id: rec.ID}
+		if o.id == 0 {
+			o.id = m.nextID
+		}
+		m.nextID = max(m.nextID, o.id+1)
+		if rec.Disk != "" {
+			m.attachDisk(o, m.segs[rec.Disk].disk)
+		}
 		for _, rr := range rec.Replicas {
 			ps := rr.pieces(rec.Size)
 			r := replica{seg: m.segs[ps[0].SegmentID], offset: ps[0].Offset}
@@ -306,7 +422,9 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 		if o.hardPin {
 			m.pinned.hard++
 		}
-		m.lruFront(o)
+		if len(o.replicas) > 0 {
+			m.lruFront(o)
+		}
 		m.refreshSoftPin(o)
 	}
 	return nil

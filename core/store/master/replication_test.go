@@ -16,12 +16,13 @@ import (
 
 // replEvent is one Observer call, recorded.
 type replEvent struct {
-	op     string // mount, unmount, commit, remove
-	seg    Segment
-	client string
-	id     string
-	obj    ObjectRecord
-	key    string
+	op       string // mount, unmount, commit, remove
+	seg      Segment
+	client   string
+	id       string
+	obj      ObjectRecord
+	key      string
+	capacity uint64
 }
 
 // recorder is an Observer that keeps every event.
@@ -39,6 +40,15 @@ func (r *recorder) ObjectCommitted(obj ObjectRecord) {
 func (r *recorder) ObjectRemoved(key string) {
 	r.events = append(r.events, replEvent{op: "remove", key: key})
 }
+func (r *recorder) ObjectUpdated(obj ObjectRecord) {
+	r.events = append(r.events, replEvent{op: "update", obj: obj})
+}
+func (r *recorder) DiskMounted(id string, capacity uint64) {
+	r.events = append(r.events, replEvent{op: "disk-mount", id: id, capacity: capacity})
+}
+func (r *recorder) DiskUnmounted(id string) {
+	r.events = append(r.events, replEvent{op: "disk-unmount", id: id})
+}
 
 // replay applies e to m through the Restore methods, as a new leader does.
 func replay(m *Master, e replEvent) error {
@@ -54,6 +64,12 @@ func replay(m *Master, e replEvent) error {
 			return fmt.Errorf("remove %q: no such complete object", e.key)
 		}
 		return nil
+	case "update":
+		return m.RestoreUpdate(e.obj)
+	case "disk-mount":
+		return m.RestoreDisk(e.id, e.capacity)
+	case "disk-unmount":
+		return m.RestoreDiskUnmount(e.id)
 	}
 	return fmt.Errorf("unknown event %q", e.op)
 }
@@ -83,10 +99,14 @@ type replClock struct{ t time.Time }
 
 func (c *replClock) now() time.Time { return c.t }
 
-func newReplMaster(t testing.TB, clk *replClock, ob Observer, seed uint64) *Master {
+func newReplMaster(t testing.TB, clk *replClock, ob Observer, seed uint64, tweak ...func(*Config)) *Master {
 	t.Helper()
-	m, err := New(Config{Now: clk.now, Rand: rand.New(rand.NewPCG(seed, 3)), Observer: ob,
-		DefaultLeaseTTL: time.Second, ClientTTL: 5 * time.Second, EvictionHighWatermark: 0.8, EvictionRatio: 0.1})
+	cfg := Config{Now: clk.now, Rand: rand.New(rand.NewPCG(seed, 3)), Observer: ob,
+		DefaultLeaseTTL: time.Second, ClientTTL: 5 * time.Second, EvictionHighWatermark: 0.8, EvictionRatio: 0.1}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,16 +125,55 @@ func TestReplicationReplay(t *testing.T) {
 		seeds = 10
 	}
 	for seed := range uint64(seeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { replayRun(t, seed, 300) })
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { replayRun(t, seed, 300, nil) })
 	}
 }
 
-func replayRun(t *testing.T, seed uint64, steps int) {
+// TestReplicationReplayOffload is TestReplicationReplay with disk tiers:
+// segments get and lose tiers, owners take tasks and report them done or
+// failed in random order, evict files, and readers stage disk-only
+// objects; write-through and offload-on-evict alternate by seed. The
+// followers must hold the same objects, LOCAL_DISK replicas included.
+func TestReplicationReplayOffload(t *testing.T) {
+	seeds := 40
+	if testing.Short() {
+		seeds = 8
+	}
+	var total Stats
+	for seed := range uint64(seeds) {
+		onEvict := seed%2 == 1
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			st := replayRun(t, seed, 300, func(c *Config) { c.EnableOffload, c.OffloadOnEvict = true, onEvict })
+			total.Offloads += st.Offloads
+			total.OffloadFailures += st.OffloadFailures
+			total.DiskHits += st.DiskHits
+			total.DiskMisses += st.DiskMisses
+			total.DiskEvictions += st.DiskEvictions
+			total.EvictedObjects += st.EvictedObjects
+		})
+	}
+	t.Logf("over all seeds: %d offloads (%d failed), %d loads (%d failed), %d disk evictions, %d evicted", total.Offloads,
+		total.OffloadFailures, total.DiskHits, total.DiskMisses, total.DiskEvictions, total.EvictedObjects)
+	if total.Offloads == 0 || total.OffloadFailures == 0 || total.DiskHits == 0 || total.DiskMisses == 0 || total.DiskEvictions == 0 {
+		t.Fatal("the random walk missed a tier transition; adjust its weights")
+	}
+}
+
+func replayRun(t *testing.T, seed uint64, steps int, tweak func(*Config)) Stats {
 	rng := rand.New(rand.NewPCG(seed, 17))
 	clk := &replClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	rec := &recorder{}
-	leader := newReplMaster(t, clk, rec, seed)
-	follower := newReplMaster(t, clk, nil, seed+1)
+	var tweaks []func(*Config)
+	if tweak != nil {
+		tweaks = append(tweaks, tweak)
+	}
+	leader := newReplMaster(t, clk, rec, seed, tweaks...)
+	follower := newReplMaster(t, clk, nil, seed+1, tweaks...)
+	offload := tweak != nil
+	var taken []struct {
+		seg, client string
+		task        TierTask
+	}
 	type snap struct {
 		m    *Master
 		from int // events already in the dump
@@ -126,7 +185,65 @@ func replayRun(t *testing.T, seed uint64, steps int) {
 	segs := []string{"s0", "s1", "s2", "s3"}
 	for step := range steps {
 		client := clients[rng.IntN(len(clients))]
-		switch op := rng.IntN(100); {
+		op := rng.IntN(100)
+		if offload && rng.IntN(3) == 0 {
+			op = -1
+		}
+		switch {
+		case op < 0:
+			// An owner's move: attach or detach a tier, take tasks, report
+			// one (ok or failed), or evict a file.
+			id := segs[rng.IntN(len(segs))]
+			var tiered []string
+			for _, x := range segs {
+				if s, ok := leader.segs[x]; ok && s.disk != nil {
+					tiered = append(tiered, x)
+				}
+			}
+			if len(tiered) > 0 && rng.IntN(4) != 0 {
+				id = tiered[rng.IntN(len(tiered))] // mostly where things happen
+			}
+			s, ok := leader.segs[id]
+			if !ok {
+				break
+			}
+			switch k := rng.IntN(10); {
+			case k == 0:
+				_ = leader.MountLocalDisk(id, s.client, uint64(16<<10+rng.IntN(64<<10)))
+			case k == 1 && rng.IntN(4) == 0:
+				_ = leader.UnmountLocalDisk(id, s.client)
+			case k < 5:
+				ts, _ := leader.TakeTierTasks(id, s.client, 1+rng.IntN(3))
+				if rng.IntN(2) == 0 { // a quick owner reports at once
+					for _, task := range ts {
+						_ = leader.CompleteTierTask(id, s.client, TaskResult{Kind: task.Kind, Key: task.Key, ObjectID: task.ObjectID, OK: rng.IntN(5) != 0})
+					}
+					break
+				}
+				for _, task := range ts {
+					taken = append(taken, struct {
+						seg, client string
+						task        TierTask
+					}{id, s.client, task})
+				}
+			case k < 8 && len(taken) > 0:
+				i := rng.IntN(len(taken))
+				x := taken[i]
+				taken = slices.Delete(taken, i, i+1)
+				_ = leader.CompleteTierTask(x.seg, x.client, TaskResult{Kind: x.task.Kind, Key: x.task.Key, ObjectID: x.task.ObjectID, OK: rng.IntN(5) != 0})
+			case s.disk != nil && len(s.disk.objects) > 0:
+				var on []*object
+				for o := range s.disk.objects {
+					on = append(on, o)
+				}
+				slices.SortFunc(on, func(a, b *object) int { return cmp.Compare(a.key, b.key) })
+				o := on[rng.IntN(len(on))]
+				if k == 8 {
+					_ = leader.CompleteTierTask(id, s.client, TaskResult{Kind: TaskDiskEvicted, Key: o.key, ObjectID: o.id})
+				} else {
+					_, _, _, _ = leader.GetOrLoad(o.key) // a reader of a disk replica
+				}
+			}
 		case op < 8:
 			id := segs[rng.IntN(len(segs))]
 			_ = leader.MountSegment(replSeg(id, uint64(8<<10+rng.IntN(56<<10))), client)
@@ -176,7 +293,7 @@ func replayRun(t *testing.T, seed uint64, steps int) {
 			leader.RemoveAll(rng.IntN(2) == 0)
 		case op < 97:
 			// Snapshot: restore the dump into a fresh master.
-			m := newReplMaster(t, clk, nil, seed+uint64(step))
+			m := newReplMaster(t, clk, nil, seed+uint64(step), tweaks...)
 			if err := m.Restore(leader.Dump()); err != nil {
 				t.Fatalf("step %d: Restore(Dump()): %v", step, err)
 			}
@@ -218,7 +335,25 @@ func replayRun(t *testing.T, seed uint64, steps int) {
 				t.Fatalf("step %d: master %d allocators hold %d bytes (Stats.Used %d), committed objects %d", step, i, allocated, st.Used, committedBytes(want))
 			}
 		}
+		// The leader's own books: its allocators hold what Stats.Used
+		// says (objects, staging ranges, discarded writes), and its disk
+		// usage is the sum of its LOCAL_DISK replicas.
+		st := leader.Stats()
+		var allocated, disk uint64
+		for _, s := range leader.order {
+			allocated += s.alloc.Stats().Used
+		}
+		for _, o := range want.Objects {
+			if o.Disk != "" {
+				disk += o.Size
+			}
+		}
+		if allocated != st.Used || disk != st.DiskUsed || st.PendingOffloadBytes > st.Used {
+			t.Fatalf("step %d: leader allocators %d bytes, Stats.Used %d; disk replicas %d bytes, Stats.DiskUsed %d; pending %d",
+				step, allocated, st.Used, disk, st.DiskUsed, st.PendingOffloadBytes)
+		}
 	}
+	return leader.Stats()
 }
 
 func TestObserverEvents(t *testing.T) {
