@@ -14,6 +14,12 @@ The engine adapters (mooncake_go.vllm, .sglang, .lmcache) load the library
 through the same loader, so they share one copy of it.
 """
 
+# The engine adapters are subpackages that live in each adapter's python/
+# folder of the source tree (vllm/python/mooncake_go/vllm, ...) and are
+# mapped into this package by the distribution; from a source checkout,
+# any mooncake_go folder on sys.path contributes its subpackages.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
 from ._lib import ENV_LIBRARY, LibraryLoadError, candidates, load, loaded
 from .errors import (
     AlreadyExistsError,

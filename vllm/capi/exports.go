@@ -1,0 +1,389 @@
+package capi
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../abi/include
+#include <stdlib.h>
+#include "mooncake/vllm.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/mooncake-go/mooncake/abi/cbridge"
+	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/vllm"
+)
+
+// Codes of vllm.h.
+const (
+	codeWrongRole     = int32(C.MC_VLLM_ERR_WRONG_ROLE)
+	codeNotRegistered = int32(C.MC_VLLM_ERR_NOT_REGISTERED)
+	codeBadConfig     = int32(C.MC_VLLM_ERR_BAD_CONFIG)
+	codeBadInput      = int32(C.MC_VLLM_ERR_BAD_INPUT)
+)
+
+// connector is what an mc_vllm_connector_t handle refers to: one half.
+type connector struct {
+	sched  *vllm.Scheduler
+	worker *vllm.Worker
+}
+
+// fail ends a failed call: this header's errors get its codes, others
+// cbridge's.
+func fail(fn string, err error) int32 {
+	var code int32
+	switch {
+	case errors.Is(err, vllm.ErrWrongRole):
+		code = codeWrongRole
+	case errors.Is(err, vllm.ErrNotRegistered):
+		code = codeNotRegistered
+	case errors.Is(err, vllm.ErrBadConfig):
+		code = codeBadConfig
+	case errors.Is(err, vllm.ErrBadInput):
+		code = codeBadInput
+	default:
+		return cbridge.Fail(fn, err)
+	}
+	cbridge.SetError(fn + ": " + err.Error())
+	return code
+}
+
+func done(fn string, err error) int32 {
+	if err != nil {
+		return fail(fn, err)
+	}
+	return cbridge.Succeed()
+}
+
+func null(what string) error {
+	return fmt.Errorf("%w: %s is NULL", cbridge.ErrInvalidArgument, what)
+}
+
+// lookup returns the connector of handle h, checking its role.
+func lookup(h C.uint64_t, role vllm.Role) (*connector, error) {
+	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
+	if err != nil {
+		return nil, err
+	}
+	if role == vllm.RoleScheduler && c.sched == nil {
+		return nil, fmt.Errorf("%w: a scheduler call on a worker connector", vllm.ErrWrongRole)
+	}
+	if role == vllm.RoleWorker && c.worker == nil {
+		return nil, fmt.Errorf("%w: a worker call on a scheduler connector", vllm.ErrWrongRole)
+	}
+	return c, nil
+}
+
+// decode parses the JSON C string p into v.
+func decode(what string, p *C.char, v any) error {
+	if p == nil {
+		return null(what)
+	}
+	if err := json.Unmarshal([]byte(C.GoString(p)), v); err != nil {
+		return fmt.Errorf("%w: %s: %v", vllm.ErrBadInput, what, err)
+	}
+	return nil
+}
+
+// fillBuf hands b to C in out (malloc'd; the caller frees it with mc_buf_free).
+func fillBuf(out *C.mc_buf_t, b []byte) {
+	out.data, out.len = nil, 0
+	if len(b) > 0 {
+		out.data = C.CBytes(b)
+		out.len = C.size_t(len(b))
+	}
+}
+
+//export mcgo_vllm_create
+func mcgo_vllm_create(settings *C.char, role C.int, out *C.uint64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_create"
+	if settings == nil {
+		return fail(fn, null("settings_json"))
+	}
+	if out == nil {
+		return fail(fn, null("out"))
+	}
+	s, err := vllm.ParseSettings([]byte(C.GoString(settings)), nil)
+	if err != nil {
+		return fail(fn, err)
+	}
+	c := &connector{}
+	switch vllm.Role(role) {
+	case vllm.RoleScheduler:
+		c.sched, err = vllm.NewScheduler(context.Background(), s, nil)
+	case vllm.RoleWorker:
+		c.worker, err = vllm.NewWorker(s, nil, vllm.PD)
+	default:
+		err = fmt.Errorf("%w: role %d, want MC_VLLM_ROLE_SCHEDULER (0) or MC_VLLM_ROLE_WORKER (1)", vllm.ErrBadConfig, int(role))
+	}
+	if err != nil {
+		return fail(fn, err)
+	}
+	*out = C.uint64_t(cbridge.Handles.Add(c))
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_destroy
+func mcgo_vllm_destroy(h C.uint64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_destroy"
+	c, err := cbridge.Take[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
+	if err != nil {
+		return fail(fn, err)
+	}
+	if c.sched != nil {
+		return done(fn, c.sched.Close())
+	}
+	return done(fn, c.worker.Close())
+}
+
+//export mcgo_vllm_lookup
+func mcgo_vllm_lookup(h C.uint64_t, args *C.char, outTokens *C.int64_t, outAsync *C.int32_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_lookup"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if outTokens == nil || outAsync == nil {
+		return fail(fn, null("out_tokens or out_async"))
+	}
+	var a vllm.LookupArgs
+	if err := decode("args_json", args, &a); err != nil {
+		return fail(fn, err)
+	}
+	n, async, err := c.sched.Lookup(context.Background(), a)
+	*outTokens, *outAsync = C.int64_t(n), 0
+	if async {
+		*outAsync = 1
+	}
+	return done(fn, err)
+}
+
+//export mcgo_vllm_update_after_alloc
+func mcgo_vllm_update_after_alloc(h C.uint64_t, args *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_update_after_alloc"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var a vllm.AllocArgs
+	if err := decode("args_json", args, &a); err != nil {
+		return fail(fn, err)
+	}
+	return done(fn, c.sched.UpdateAfterAlloc(a))
+}
+
+//export mcgo_vllm_plan_save
+func mcgo_vllm_plan_save(h C.uint64_t, args *C.char, outBlocks *C.int64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_plan_save"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var a vllm.SaveArgs
+	if err := decode("args_json", args, &a); err != nil {
+		return fail(fn, err)
+	}
+	n, err := c.sched.PlanSave(a)
+	if err == nil && outBlocks != nil {
+		*outBlocks = C.int64_t(n)
+	}
+	return done(fn, err)
+}
+
+//export mcgo_vllm_preempted
+func mcgo_vllm_preempted(h C.uint64_t, ids *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_preempted"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var a []string
+	if err := decode("ids_json", ids, &a); err != nil {
+		return fail(fn, err)
+	}
+	c.sched.Preempted(a)
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_request_finished
+func mcgo_vllm_request_finished(h C.uint64_t, args *C.char, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_request_finished"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, null("out"))
+	}
+	var a vllm.FinishArgs
+	if err := decode("args_json", args, &a); err != nil {
+		return fail(fn, err)
+	}
+	r, err := c.sched.RequestFinished(a)
+	if err != nil {
+		return fail(fn, err)
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_build_meta
+func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_build_meta"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, null("out"))
+	}
+	b, err := c.sched.BuildMeta()
+	if err != nil {
+		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_reset
+func mcgo_vllm_reset(h C.uint64_t, outRemoved *C.int64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_reset"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	n, err := c.sched.Reset(context.Background())
+	if err == nil && outRemoved != nil {
+		*outRemoved = C.int64_t(n)
+	}
+	return done(fn, err)
+}
+
+//export mcgo_vllm_register_kv_caches
+func mcgo_vllm_register_kv_caches(h C.uint64_t, regions *C.mc_vllm_region_t, n C.size_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_register_kv_caches"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	rs, err := cbridge.Slice("regions", regions, uintptr(n))
+	if err != nil {
+		return fail(fn, err)
+	}
+	out := make([]vllm.Region, len(rs))
+	for i, r := range rs {
+		if r.device_id != -1 {
+			return fail(fn, fmt.Errorf("%w: regions[%d] is on CUDA device %d: unsupported: device KV caches in the vLLM connector (host KV caches only for now)", transfer.ErrUnsupported, i, int(r.device_id)))
+		}
+		size := uint64(r.block_bytes) * uint64(r.num_blocks)
+		if r.block_bytes == 0 || r.num_blocks == 0 || size/uint64(r.num_blocks) != uint64(r.block_bytes) {
+			return fail(fn, fmt.Errorf("%w: regions[%d]: %d blocks of %d bytes", vllm.ErrBadInput, i, uint64(r.num_blocks), uint64(r.block_bytes)))
+		}
+		buf, err := cbridge.ForeignBytes(fmt.Sprintf("regions[%d].base", i), uintptr(r.base), uintptr(size))
+		if err != nil {
+			return fail(fn, err)
+		}
+		out[i] = vllm.Region{Buf: buf, BlockBytes: uint64(r.block_bytes), NumBlocks: uint64(r.num_blocks)}
+	}
+	return done(fn, c.worker.RegisterKVCaches(context.Background(), out))
+}
+
+//export mcgo_vllm_start_load
+func mcgo_vllm_start_load(h C.uint64_t, meta C.uintptr_t, n C.size_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_start_load"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var data []byte
+	if n > 0 {
+		b, err := cbridge.ForeignBytes("meta", uintptr(meta), uintptr(n))
+		if err != nil {
+			return fail(fn, err)
+		}
+		data = append([]byte(nil), b...) // not kept past the call
+	}
+	return done(fn, c.worker.StartLoad(context.Background(), data))
+}
+
+//export mcgo_vllm_handle_preemptions
+func mcgo_vllm_handle_preemptions(h C.uint64_t, ids *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_handle_preemptions"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var a []string
+	if err := decode("ids_json", ids, &a); err != nil {
+		return fail(fn, err)
+	}
+	return done(fn, c.worker.HandlePreemptions(context.Background(), a))
+}
+
+//export mcgo_vllm_wait_for_save
+func mcgo_vllm_wait_for_save(h C.uint64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_wait_for_save"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	return done(fn, c.worker.WaitForSave())
+}
+
+//export mcgo_vllm_get_finished
+func mcgo_vllm_get_finished(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_get_finished"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, null("out"))
+	}
+	f, ferr := c.worker.GetFinished()
+	b, err := json.Marshal(f)
+	if err != nil {
+		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return done(fn, ferr)
+}
+
+//export mcgo_vllm_take_stats
+func mcgo_vllm_take_stats(h C.uint64_t, out *C.mc_vllm_stats_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_take_stats"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, null("out"))
+	}
+	s := c.worker.TakeStats()
+	out.saved_blocks, out.loaded_blocks, out.failed_blocks = C.uint64_t(s.SavedBlocks), C.uint64_t(s.LoadedBlocks), C.uint64_t(s.FailedBlocks)
+	out.saved_bytes, out.loaded_bytes = C.uint64_t(s.SavedBytes), C.uint64_t(s.LoadedBytes)
+	return cbridge.Succeed()
+}

@@ -1,0 +1,169 @@
+"""ctypes bindings of mooncake/vllm.h (mc_vllm_*)."""
+
+import base64
+import ctypes
+import json
+
+from mooncake_go import _lib
+from mooncake_go.errors import MooncakeError, error_for
+
+ABI_MAJOR = 1
+ROLE_SCHEDULER = 0
+ROLE_WORKER = 1
+
+
+class Region(ctypes.Structure):
+    _fields_ = [
+        ("base", ctypes.c_void_p),
+        ("block_bytes", ctypes.c_uint64),
+        ("num_blocks", ctypes.c_uint64),
+        ("device_id", ctypes.c_int32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [
+        ("saved_blocks", ctypes.c_uint64),
+        ("loaded_blocks", ctypes.c_uint64),
+        ("failed_blocks", ctypes.c_uint64),
+        ("saved_bytes", ctypes.c_uint64),
+        ("loaded_bytes", ctypes.c_uint64),
+    ]
+
+
+class Buf(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_H = ctypes.c_void_p
+_S = ctypes.c_char_p
+_PROTOS = {
+    "mc_vllm_create": (ctypes.c_int, [_S, ctypes.c_int, ctypes.POINTER(_H)]),
+    "mc_vllm_destroy": (ctypes.c_int, [_H]),
+    "mc_vllm_lookup": (ctypes.c_int, [_H, _S, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]),
+    "mc_vllm_update_after_alloc": (ctypes.c_int, [_H, _S]),
+    "mc_vllm_plan_save": (ctypes.c_int, [_H, _S, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_vllm_preempted": (ctypes.c_int, [_H, _S]),
+    "mc_vllm_request_finished": (ctypes.c_int, [_H, _S, ctypes.POINTER(Buf)]),
+    "mc_vllm_build_meta": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
+    "mc_vllm_reset": (ctypes.c_int, [_H, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_vllm_register_kv_caches": (ctypes.c_int, [_H, ctypes.POINTER(Region), ctypes.c_size_t]),
+    "mc_vllm_start_load": (ctypes.c_int, [_H, ctypes.c_char_p, ctypes.c_size_t]),
+    "mc_vllm_handle_preemptions": (ctypes.c_int, [_H, _S]),
+    "mc_vllm_wait_for_save": (ctypes.c_int, [_H]),
+    "mc_vllm_get_finished": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
+    "mc_vllm_take_stats": (ctypes.c_int, [_H, ctypes.POINTER(Stats)]),
+}
+
+
+def _lib_handle():
+    return _lib.require("mc_vllm_abi_version", ABI_MAJOR, _PROTOS)
+
+
+def b64(h):
+    """A block hash as the base64 text the ABI's JSON carries. vLLM's
+    BlockHash is bytes; older releases had a named tuple with an int
+    hash_value; anything else is hashed by its repr."""
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        raw = bytes(h)
+    elif hasattr(h, "hash_value"):
+        v = h.hash_value
+        raw = v if isinstance(v, bytes) else int(v).to_bytes(16, "little", signed=True)
+    elif isinstance(h, int):
+        raw = h.to_bytes(16, "little", signed=True)
+    else:
+        raw = repr(h).encode()
+    return base64.b64encode(raw).decode("ascii")
+
+
+class Connector:
+    """One mc_vllm_connector_t. Every method raises MooncakeError (a
+    subclass naming the code) on failure; the connector class decides
+    what to do with it."""
+
+    def __init__(self, settings, role):
+        self._lib = _lib_handle()
+        h = _H()
+        self._check(self._lib.mc_vllm_create(json.dumps(settings).encode(), role, ctypes.byref(h)))
+        self._h = h
+
+    def _check(self, rc):
+        if rc != 0:
+            raise error_for(rc, _lib.last_error(self._lib))
+
+    def _json(self, obj):
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+    def _take(self, buf):
+        try:
+            return ctypes.string_at(buf.data, buf.len) if buf.len else b""
+        finally:
+            self._lib.mc_buf_free(ctypes.byref(buf))
+
+    def close(self):
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            self._check(self._lib.mc_vllm_destroy(h))
+
+    # Scheduler side.
+    def lookup(self, args):
+        n, a = ctypes.c_int64(), ctypes.c_int32()
+        self._check(self._lib.mc_vllm_lookup(self._h, self._json(args), ctypes.byref(n), ctypes.byref(a)))
+        return n.value, bool(a.value)
+
+    def update_after_alloc(self, args):
+        self._check(self._lib.mc_vllm_update_after_alloc(self._h, self._json(args)))
+
+    def plan_save(self, args):
+        n = ctypes.c_int64()
+        self._check(self._lib.mc_vllm_plan_save(self._h, self._json(args), ctypes.byref(n)))
+        return n.value
+
+    def preempted(self, ids):
+        self._check(self._lib.mc_vllm_preempted(self._h, self._json(list(ids))))
+
+    def request_finished(self, args):
+        buf = Buf()
+        self._check(self._lib.mc_vllm_request_finished(self._h, self._json(args), ctypes.byref(buf)))
+        r = json.loads(self._take(buf))
+        return bool(r.get("hold")), r.get("params")
+
+    def build_meta(self):
+        buf = Buf()
+        self._check(self._lib.mc_vllm_build_meta(self._h, ctypes.byref(buf)))
+        return self._take(buf)
+
+    def reset(self):
+        n = ctypes.c_int64()
+        self._check(self._lib.mc_vllm_reset(self._h, ctypes.byref(n)))
+        return n.value
+
+    # Worker side.
+    def register_kv_caches(self, regions):
+        arr = (Region * len(regions))(*[Region(base, bb, nb, -1, 0) for base, bb, nb in regions])
+        self._check(self._lib.mc_vllm_register_kv_caches(self._h, arr, len(regions)))
+
+    def start_load(self, meta):
+        self._check(self._lib.mc_vllm_start_load(self._h, meta or None, len(meta or b"")))
+
+    def handle_preemptions(self, ids):
+        self._check(self._lib.mc_vllm_handle_preemptions(self._h, self._json(list(ids))))
+
+    def wait_for_save(self):
+        self._check(self._lib.mc_vllm_wait_for_save(self._h))
+
+    def get_finished(self):
+        buf = Buf()
+        rc = self._lib.mc_vllm_get_finished(self._h, ctypes.byref(buf))
+        data = self._take(buf)  # filled even when rc reports a save that could not start
+        out = json.loads(data) if data else {}
+        return out, (None if rc == 0 else error_for(rc, _lib.last_error(self._lib)))
+
+    def take_stats(self):
+        s = Stats()
+        self._check(self._lib.mc_vllm_take_stats(self._h, ctypes.byref(s)))
+        return {f: getattr(s, f) for f, _ in Stats._fields_}
+
+
+__all__ = ["Connector", "MooncakeError", "ROLE_SCHEDULER", "ROLE_WORKER", "b64"]

@@ -1,0 +1,414 @@
+"""MooncakeGoConnector: vLLM's KVConnectorBase_V1 over libmooncake.so.
+
+The scheduler half (KVConnectorRole.SCHEDULER, in the EngineCore process)
+and the worker half (KVConnectorRole.WORKER, one per TP/PP rank) each own
+one mc_vllm connector; they talk only through the metadata the scheduler
+half builds each step (MooncakeGoMetadata, opaque bytes vLLM ships to the
+workers) and through the worker outputs vLLM aggregates (finished sets,
+failed blocks). Everything that moves bytes runs on Go threads.
+
+Hot-path hooks never raise into vLLM: a failed lookup is a miss, a failed
+load is reported through get_block_ids_with_load_errors and the request's
+finished-receiving, a failed save is logged.
+"""
+
+import logging
+import os
+import threading
+
+from . import _abi
+
+try:  # the real base classes when vLLM is installed
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+except ImportError:  # vLLM absent: the same surface, for tests and tools
+    import enum
+
+    class KVConnectorRole(enum.IntEnum):
+        SCHEDULER = 0
+        WORKER = 1
+
+    class KVConnectorMetadata:
+        pass
+
+    class KVConnectorBase_V1:
+        def __init__(self, vllm_config, role, kv_cache_config=None):
+            self._connector_metadata = None
+            self._vllm_config = vllm_config
+            self._role = role
+            self._kv_cache_config = kv_cache_config
+
+        @property
+        def role(self):
+            return self._role
+
+        def bind_connector_metadata(self, connector_metadata):
+            self._connector_metadata = connector_metadata
+
+        def clear_connector_metadata(self):
+            self._connector_metadata = None
+
+        def _get_connector_metadata(self):
+            assert self._connector_metadata is not None
+            return self._connector_metadata
+
+        def has_connector_metadata(self):
+            return self._connector_metadata is not None
+
+
+logger = logging.getLogger("mooncake_go.vllm")
+
+FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
+
+
+class MooncakeGoMetadata(KVConnectorMetadata):
+    """One step's connector metadata: the bytes of mc_vllm_build_meta."""
+
+    def __init__(self, data=b""):
+        self.data = bytes(data)
+
+
+def _get(obj, path, default=None):
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return default
+    return obj
+
+
+def _tp_rank(vllm_config):
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
+        return int(get_tensor_model_parallel_rank())
+    except Exception:  # no vLLM, or no process group (scheduler side)
+        return int(_get(vllm_config, "parallel_config.rank", 0) or 0) % max(
+            int(_get(vllm_config, "parallel_config.tensor_parallel_size", 1) or 1), 1
+        )
+
+
+def _pp_rank(vllm_config):
+    try:
+        from vllm.distributed.parallel_state import get_pp_group
+
+        return int(get_pp_group().rank_in_group)
+    except Exception:
+        return int(_get(vllm_config, "parallel_config.pp_rank", 0) or 0)
+
+
+def _host():
+    env = os.environ.get("MOONCAKE_REQUESTER_LOCAL_HOSTNAME") or os.environ.get("VLLM_HOST_IP")
+    if env:
+        return env
+    try:
+        from vllm.utils import get_ip
+
+        return get_ip()
+    except Exception:
+        return "127.0.0.1"
+
+
+def _kv_layout(extra, use_mla):
+    if use_mla:
+        return "vllm-mla"
+    if extra.get("mc_layout"):
+        return str(extra["mc_layout"])
+    layout = "NHD"
+    try:
+        from vllm.v1.attention.backends.utils import get_kv_cache_layout
+
+        layout = get_kv_cache_layout() or "NHD"
+    except Exception:
+        pass
+    return "vllm-" + str(layout).lower()
+
+
+def _kv_dtype(vllm_config):
+    d = _get(vllm_config, "cache_config.cache_dtype", "auto")
+    if d in (None, "auto"):
+        d = _get(vllm_config, "model_config.dtype", "auto")
+    return str(d).replace("torch.", "")
+
+
+def settings_from(vllm_config, role):
+    """The vllm.Settings JSON object for this process (see vllm.h)."""
+    ktc = vllm_config.kv_transfer_config
+    extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
+    use_mla = bool(_get(vllm_config, "model_config.use_mla", False))
+    worker = role == KVConnectorRole.WORKER
+    return {
+        "kv_role": ktc.kv_role,
+        "engine_id": str(getattr(ktc, "engine_id", "") or ""),
+        "model": str(_get(vllm_config, "model_config.model", "")),
+        "kv_dtype": _kv_dtype(vllm_config),
+        "layout": _kv_layout(extra, use_mla),
+        "block_size": int(_get(vllm_config, "cache_config.block_size", 16) or 16),
+        "tp_rank": _tp_rank(vllm_config) if worker else 0,
+        "tp_size": int(_get(vllm_config, "parallel_config.tensor_parallel_size", 1) or 1),
+        "pp_rank": _pp_rank(vllm_config) if worker else 0,
+        "pp_size": int(_get(vllm_config, "parallel_config.pipeline_parallel_size", 1) or 1),
+        "use_mla": use_mla,
+        "host": _host(),
+        "kv_connector_extra_config": extra,
+    }
+
+
+def _params(request):
+    p = getattr(request, "kv_transfer_params", None)
+    return p if isinstance(p, dict) else None
+
+
+def _status_name(request):
+    st = getattr(request, "status", None)
+    return getattr(st, "name", str(st))
+
+
+# Tensor access for register_kv_caches: torch tensors and numpy arrays.
+def _tensor_info(t):
+    """(data address, shape, byte strides, total bytes) of a tensor."""
+    if hasattr(t, "data_ptr"):  # torch
+        es = t.element_size()
+        return t.data_ptr(), tuple(t.shape), tuple(s * es for s in t.stride()), t.numel() * es, str(t.device)
+    iface = t.__array_interface__  # numpy and friends
+    return iface["data"][0], tuple(t.shape), tuple(t.strides), t.nbytes, "cpu"
+
+
+def regions_of(kv_caches, num_blocks=None):
+    """The (base, block_bytes, num_blocks) regions of vLLM's per-layer KV
+    cache tensors, derived from strides as upstream's store connector: one
+    region for a blocks-first tensor, one per slice of any outer dimension
+    whose stride exceeds a block's bytes (the K and V halves of
+    FlashAttention's [2, num_blocks, ...] layout). Tensors sharing storage
+    are taken once, in layer order."""
+    regions, seen = [], set()
+    for name, t in kv_caches.items():
+        ptr, shape, strides, nbytes, device = _tensor_info(t)
+        if not device.startswith("cpu"):
+            raise _abi.MooncakeError(f"layer {name}: KV cache on {device}: unsupported: device KV caches (host only for now)")
+        if (ptr, nbytes) in seen:
+            continue
+        seen.add((ptr, nbytes))
+        nb = num_blocks
+        if nb is None:  # [2, nb, ...] (FlashAttention) or [nb, ...]
+            nb = shape[1] if len(shape) == 5 and shape[0] == 2 else shape[0]
+        page = nbytes // nb
+        outer = [(d, s) for d, s in zip(shape, strides) if s > page and d > 1]
+        if not outer:
+            regions.append((ptr, page, nb))
+            continue
+        count = 1
+        for d, _ in outer:
+            count *= d
+        seg_stride = outer[-1][1]
+        for i in range(count):
+            regions.append((ptr + i * seg_stride, seg_stride // nb, nb))
+    return regions
+
+
+class MooncakeGoConnector(KVConnectorBase_V1):
+    """vLLM v1 KV connector backed by mooncake-go (store/offload mode and
+    prefill/decode disaggregation; kv_connector_extra_config "mc_mode")."""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config) if _accepts_cache_config() else super().__init__(vllm_config, role)
+        self._kv_cache_config = kv_cache_config
+        self._settings = settings_from(vllm_config, role)
+        self._mode = self._settings["kv_connector_extra_config"].get("mc_mode", "store")
+        self._c = _abi.Connector(self._settings, int(role))
+        self._is_worker = role == KVConnectorRole.WORKER
+        self._lock = threading.Lock()
+        # Scheduler side: requests and their blocks, by request id.
+        self._reqs = {}
+        self._blocks = {}
+        # Worker side: failed block ids not yet reported.
+        self._failed = set()
+
+    # ---- scheduler side -------------------------------------------------
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        args = {
+            "req_id": request.request_id,
+            "hashes": [_abi.b64(h) for h in (getattr(request, "block_hashes", None) or [])],
+            "num_tokens": int(request.num_tokens),
+            "num_computed_tokens": int(num_computed_tokens),
+            "params": _params(request),
+        }
+        try:
+            n, is_async = self._c.lookup(args)
+        except _abi.MooncakeError as e:
+            logger.warning("mooncake_go: lookup of request %s failed, computing it: %s", request.request_id, e)
+            return 0, False
+        return n, (is_async and n > 0)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        self._reqs[request.request_id] = request
+        ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
+        unhashed = []
+        if blocks is not None and hasattr(blocks, "get_unhashed_block_ids"):
+            unhashed = list(blocks.get_unhashed_block_ids())
+        params = _params(request)
+        try:
+            self._c.update_after_alloc({
+                "req_id": request.request_id,
+                "block_ids": ids,
+                "unhashed_block_ids": unhashed,
+                "num_external_tokens": int(num_external_tokens),
+                "params": params,
+            })
+        except _abi.MooncakeError as e:
+            logger.warning("mooncake_go: update_state_after_alloc of request %s: %s", request.request_id, e)
+        if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
+            params["do_remote_prefill"] = False  # the receive is planned once
+
+    def build_connector_meta(self, scheduler_output):
+        preempted = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        for nr in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+            self._blocks[nr.req_id] = list(nr.block_ids[0]) if nr.block_ids else []
+            self._plan_save(nr.req_id, nr.num_computed_tokens, scheduler_output)
+        cached = getattr(scheduler_output, "scheduled_cached_reqs", None)
+        if cached is not None:
+            resumed = getattr(cached, "resumed_req_ids", None)
+            resumed_flags = getattr(cached, "resumed_from_preemption", None)
+            for i, rid in enumerate(cached.req_ids):
+                is_resumed = (resumed is not None and rid in resumed) or (resumed_flags is not None and resumed_flags[i])
+                new = cached.new_block_ids[i] if cached.new_block_ids else None
+                if is_resumed:
+                    preempted.add(rid)
+                    self._blocks[rid] = list(new[0]) if new else []
+                elif new:
+                    self._blocks.setdefault(rid, []).extend(new[0])
+                self._plan_save(rid, cached.num_computed_tokens[i], scheduler_output)
+        try:
+            if preempted:
+                self._c.preempted(sorted(preempted))
+            return MooncakeGoMetadata(self._c.build_meta())
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: build_connector_meta: %s", e)
+            return MooncakeGoMetadata()
+
+    def _plan_save(self, rid, num_computed, scheduler_output):
+        req = self._reqs.get(rid)
+        if req is None:
+            return
+        done = int(num_computed) + int(scheduler_output.num_scheduled_tokens.get(rid, 0))
+        try:
+            self._c.plan_save({
+                "req_id": rid,
+                "hashes": [_abi.b64(h) for h in (getattr(req, "block_hashes", None) or [])],
+                "block_ids": self._blocks.get(rid, []),
+                "num_computed_tokens": done,
+                "num_prompt_tokens": int(getattr(req, "num_prompt_tokens", 0) or 0),
+            })
+        except _abi.MooncakeError as e:
+            logger.warning("mooncake_go: planning saves of request %s: %s", rid, e)
+
+    def update_connector_output(self, connector_output):
+        return None
+
+    def request_finished(self, request, block_ids):
+        rid = request.request_id
+        self._reqs.pop(rid, None)
+        self._blocks.pop(rid, None)
+        try:
+            hold, params = self._c.request_finished({
+                "req_id": rid,
+                "block_ids": list(block_ids),
+                "length_capped": _status_name(request) == FINISHED_LENGTH_CAPPED,
+                "params": _params(request),
+            })
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: request_finished of request %s: %s", rid, e)
+            return False, None
+        return hold, params
+
+    def get_finished_count(self):
+        return None
+
+    def reset_cache(self):
+        try:
+            return self._c.reset() >= 0
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: reset_cache: %s", e)
+            return False
+
+    # ---- worker side ----------------------------------------------------
+
+    def register_kv_caches(self, kv_caches):
+        nb = getattr(self._kv_cache_config, "num_blocks", None)
+        self._c.register_kv_caches(regions_of(kv_caches, nb))
+
+    def handle_preemptions(self, arg):
+        ids = arg if isinstance(arg, (set, list, tuple, frozenset)) else ()
+        if ids:
+            try:
+                self._c.handle_preemptions(sorted(ids))
+            except _abi.MooncakeError as e:
+                logger.error("mooncake_go: handle_preemptions: %s", e)
+
+    def start_load_kv(self, forward_context, **kwargs):
+        meta = self._connector_metadata
+        data = meta.data if isinstance(meta, MooncakeGoMetadata) else b""
+        try:
+            self._c.start_load(data)
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: start_load_kv: %s", e)
+
+    def wait_for_layer_load(self, layer_name):
+        return None  # whole blocks land before start_load_kv returns (sync) or across steps (async)
+
+    def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        return None  # whole blocks are saved after the forward (wait_for_save)
+
+    def wait_for_save(self):
+        try:
+            self._c.wait_for_save()
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: wait_for_save: %s", e)
+
+    def get_finished(self, finished_req_ids):
+        out, err = self._c.get_finished()
+        if err is not None:
+            logger.error("mooncake_go: get_finished: %s", err)
+        with self._lock:
+            self._failed.update(out.get("failed_blocks") or ())
+        sending = set(out.get("sending") or ())
+        recving = set(out.get("recving") or ())
+        return (sending or None), (recving or None)
+
+    def get_block_ids_with_load_errors(self):
+        with self._lock:
+            failed, self._failed = self._failed, set()
+        return failed
+
+    def get_kv_connector_stats(self):
+        return None
+
+    def take_stats(self):
+        """Worker counters since the previous call (saved/loaded/failed
+        blocks and bytes)."""
+        return self._c.take_stats()
+
+    def shutdown(self):
+        c, self._c = getattr(self, "_c", None), None
+        if c is not None:
+            c.close()
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config):
+        return None
+
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        return False
+
+
+def _accepts_cache_config():
+    import inspect
+
+    try:
+        return "kv_cache_config" in inspect.signature(KVConnectorBase_V1.__init__).parameters
+    except (TypeError, ValueError):
+        return False

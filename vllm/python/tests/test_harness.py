@@ -1,0 +1,217 @@
+"""The vLLM connector driven in vLLM's call order (vllm_sim.Engine) with
+content checks: every loaded token's KV must equal what the engine
+computes for it, on every TP rank, in each of vLLM's KV cache layouts."""
+
+import types
+
+import numpy as np
+import pytest
+
+import vllm_sim as sim
+from mooncake_go.vllm import MooncakeGoConnector
+from mooncake_go.vllm.connector import KVConnectorRole
+
+BS = 16
+NUM_BLOCKS = 64
+LAYERS = 4
+
+
+def vllm_config(pool, role="kv_both", tp=1, rank=0, model="tiny-llama", use_mla=False, **extra):
+    ex = {
+        "master_server_address": pool.rpc,
+        "metadata_server": pool.url,
+        "global_segment_size": "16MB",
+        "protocol": "tcp",
+    }
+    ex.update(extra)
+    return types.SimpleNamespace(
+        kv_transfer_config=types.SimpleNamespace(kv_role=role, engine_id=f"engine-{model}", kv_connector_extra_config=ex),
+        model_config=types.SimpleNamespace(model=f"/models/{model}", dtype="float16", use_mla=use_mla),
+        cache_config=types.SimpleNamespace(block_size=BS, cache_dtype="auto"),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, rank=rank),
+    )
+
+
+class Instance:
+    """One vLLM instance: a scheduler connector, one worker connector per TP rank, an engine."""
+
+    def __init__(self, pool, kind, tp=1, budget=48, **kw):
+        mla = kind == "mla"
+        self.sched = MooncakeGoConnector(vllm_config(pool, tp=tp, use_mla=mla, **kw), KVConnectorRole.SCHEDULER)
+        cache_cfg = types.SimpleNamespace(num_blocks=NUM_BLOCKS)
+        self.workers = [
+            MooncakeGoConnector(vllm_config(pool, tp=tp, rank=r, use_mla=mla, **kw), KVConnectorRole.WORKER, cache_cfg)
+            for r in range(tp)
+        ]
+        layout = sim.Layout(kind, NUM_BLOCKS, BS, heads=2, head_dim=8)
+        self.engine = sim.Engine(self.sched, self.workers, layout, LAYERS, token_budget=budget)
+
+    def close(self):
+        for c in [self.sched] + self.workers:
+            c.shutdown()
+
+    def stats(self):
+        out = {}
+        for w in self.workers:
+            for k, v in w.take_stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+
+@pytest.fixture
+def instances(pool):
+    made = []
+
+    def make(kind, **kw):
+        i = Instance(pool, kind, **kw)
+        made.append(i)
+        return i
+
+    yield make
+    for i in made:
+        i.close()
+
+
+def prompt(seed, n):
+    return list(np.random.default_rng(seed).integers(1, 30000, n))
+
+
+def allocs(engine):
+    return {e[1]: (e[2], e[3]) for e in engine.log if e[0] == "alloc"}
+
+
+@pytest.mark.parametrize("kind,tp", [("flash_attn", 2), ("flashinfer", 1), ("mla", 2)])
+def test_save_then_load_in_another_instance(instances, kind, tp):
+    """Instance A computes and saves (chunked prefill, several requests);
+    instance B gets a full-prompt hit, a hit ending mid-block, a partial
+    prefix hit and a miss, and every loaded token holds A's KV."""
+    model = f"m-{kind}-{tp}"
+    a = instances(kind, tp=tp, model=model)
+    p1, p2, p3 = prompt(1, 80), prompt(2, 40), prompt(3, 30)
+    for rid, p in (("a1", p1), ("a2", p2), ("a3", p1[:48] + prompt(4, 20))):
+        a.engine.add(sim.Request(rid, p, 2, BS))
+    a.engine.run()
+    st = a.stats()
+    assert st["saved_blocks"] >= 5 + 2 + 1, st  # a1: 5 blocks, a2: 2 full, a3: 1 new full block beyond the shared 3
+    assert st["failed_blocks"] == 0, st
+
+    b = instances(kind, tp=tp, model=model)
+    b.engine.add(sim.Request("b-full", p1, 2, BS))  # every block in the pool
+    b.engine.add(sim.Request("b-mid", p2 + prompt(5, 9), 2, BS))  # the hit ends inside block 2 of a 49-token prompt... at 32
+    b.engine.add(sim.Request("b-prefix", p1[:48] + prompt(6, 25), 2, BS))  # 3 shared blocks
+    b.engine.add(sim.Request("b-miss", p3, 2, BS))
+    b.engine.run()
+    got = allocs(b.engine)
+    assert got["b-full"] == (80, True), got
+    assert got["b-mid"] == (32, True), got
+    assert got["b-prefix"] == (48, True), got
+    assert got["b-miss"] == (0, False), got
+    verified = {e[1] for e in b.engine.log if e[0] == "verified-load"}
+    assert {"b-full", "b-mid", "b-prefix"} <= verified
+    st = b.stats()
+    per_rank = 1 if kind == "mla" else tp
+    assert st["loaded_blocks"] == (5 + 2 + 3) * tp, st  # every rank loads its blocks (MLA ranks read the shared copy)
+    assert per_rank >= 1
+
+
+def test_sync_load_leaves_a_token(instances):
+    """load_async false: the load completes inside the step and never
+    claims the last token of a fully cached prompt."""
+    a = instances("flashinfer", model="m-sync")
+    p = prompt(10, 64)
+    a.engine.add(sim.Request("s1", p, 1, BS))
+    a.engine.run()
+    b = instances("flashinfer", model="m-sync", load_async=False)
+    b.engine.add(sim.Request("s2", p, 3, BS))
+    b.engine.run()
+    assert allocs(b.engine)["s2"] == (48, False)
+    assert ("verified-load", "s2", 0, 48) in b.engine.log
+
+
+def test_preemption_and_resume(instances):
+    """A request preempted in the middle of its chunked prefill is fenced,
+    resumed, finished; the pool then serves its prompt byte-exact."""
+    a = instances("flash_attn", model="m-preempt", budget=32)
+    p = prompt(20, 96)
+    a.engine.add(sim.Request("p1", p, 2, BS))
+    a.engine.step()
+    a.engine.step()  # 64 of 96 tokens computed, 4 blocks planned for saving
+    a.engine.preempt("p1")
+    a.engine.preempted_pending = {"p1"}
+    a.engine.run()
+    assert ("preempted", "p1") in a.engine.log
+    b = instances("flash_attn", model="m-preempt")
+    b.engine.add(sim.Request("p2", p, 1, BS))
+    b.engine.run()
+    assert allocs(b.engine)["p2"] == (96, True)
+    assert ("verified-load", "p2", 0, 96) in b.engine.log
+
+
+def test_abort_while_loading(instances):
+    """A request aborted in the step its async load is planned is still
+    reported finished-receiving, and its blocks come back."""
+    a = instances("flashinfer", model="m-abort")
+    p = prompt(30, 64)
+    a.engine.add(sim.Request("x1", p, 1, BS))
+    a.engine.run()
+    b = instances("flashinfer", model="m-abort")
+    b.engine.add(sim.Request("x2", p, 4, BS))
+    free_before = len(b.engine.free)
+    b.engine.step(before_build=lambda e: e.abort("x2"))
+    b.engine.run()
+    assert allocs(b.engine)["x2"] == (64, True)
+    assert ("finished", "x2", "FINISHED_ABORTED", False) in b.engine.log
+    assert len(b.engine.free) == free_before
+    assert b.sched._c is not None and b.engine.idle()
+
+
+def test_failed_load_is_reported_and_recomputed(instances, pool):
+    """A block evicted between lookup and load: its id comes back from
+    get_block_ids_with_load_errors, the request is still reported
+    finished-receiving, the engine recomputes from that block, and the end
+    result is right."""
+    from mooncake_go import Store
+
+    a = instances("flashinfer", model="m-fail")
+    p = prompt(40, 80)
+    a.engine.add(sim.Request("f1", p, 1, BS))
+    a.engine.run()
+
+    req = sim.Request("f2", p, 2, BS)
+    key = f"mc/v1/m-fail/float16/vllm-nhd/tp0of1/pp0of1/bt{BS}/" + req.block_hashes[2].hex()
+    s = Store()
+    s.setup("127.0.0.1", pool.url, 0, 1 << 20, "tcp", "", pool.rpc)
+    try:
+        assert s.is_exist(key), key
+        b = instances("flashinfer", model="m-fail")
+        b.engine.add(req)
+
+        def evict(e):
+            s.remove(key, force=True)
+
+        b.engine.step(before_build=evict)
+        b.engine.run()
+    finally:
+        s.close()
+    assert allocs(b.engine)["f2"] == (80, True)
+    assert ("load-error", "f2", 2) in b.engine.log
+    assert ("recv", "f2") in b.engine.log
+    st = b.stats()
+    assert st["failed_blocks"] >= 1 and st["loaded_blocks"] == 4, st
+
+
+def test_bad_input_is_a_clear_error(pool):
+    from mooncake_go.errors import MooncakeError
+
+    cfg = vllm_config(pool, role="kv_sideways")
+    with pytest.raises(MooncakeError, match="kv_role"):
+        MooncakeGoConnector(cfg, KVConnectorRole.SCHEDULER)
+    w = MooncakeGoConnector(vllm_config(pool, model="m-bad"), KVConnectorRole.WORKER, types.SimpleNamespace(num_blocks=8))
+    try:
+        with pytest.raises(MooncakeError, match="regions has zero elements"):
+            w.register_kv_caches({})
+        # A scheduler call on a worker is refused, with vLLM's thread untouched.
+        with pytest.raises(MooncakeError, match="wrong role|scheduler call"):
+            w._c.lookup({"req_id": "r", "hashes": [], "num_tokens": 1, "num_computed_tokens": 0})
+    finally:
+        w.shutdown()

@@ -1,0 +1,533 @@
+package vllm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/mooncake-go/mooncake/connectors/poolclient"
+	"github.com/mooncake-go/mooncake/connectors/runtime"
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/store/client"
+)
+
+// Region is one KV cache region of a worker: NumBlocks blocks of
+// BlockBytes bytes, block b at Buf[b*BlockBytes:]. A layer's tensor gives
+// one region (blocks-first layouts: FlashInfer, MLA) or two (the K and V
+// halves of FlashAttention's [2, num_blocks, ...] layout); the shim
+// derives them from strides. A block's pool value is the concatenation,
+// in region order, of its bytes in every region.
+type Region struct {
+	Buf        []byte
+	BlockBytes uint64
+	NumBlocks  uint64
+}
+
+// Stats are a worker's counters since the previous TakeStats.
+type Stats struct {
+	SavedBlocks, LoadedBlocks, FailedBlocks uint64
+	SavedBytes, LoadedBytes                 uint64
+}
+
+// Finished is get_finished's answer plus the failed blocks
+// (get_block_ids_with_load_errors) of the same step.
+type Finished struct {
+	Sending      []string `json:"sending"`
+	Recving      []string `json:"recving"`
+	FailedBlocks []int    `json:"failed_blocks"`
+}
+
+// Pool is what a store-mode worker needs of the pool: core/store/client's
+// Client fits.
+type Pool interface {
+	BatchPutFromParts(ctx context.Context, keys []string, parts [][][]byte, opts *client.PutOptions) []error
+	BatchGetIntoParts(ctx context.Context, keys []string, dsts [][][]byte) ([]int, []error)
+	RegisterBuffer(ctx context.Context, buf []byte) error
+}
+
+// Producer and Consumer are the P/D transfer halves of a worker (package
+// vllm/pd implements them).
+type Producer interface {
+	Ready(transferID string, blockIDs []int)
+	Drop(transferID string)
+	Finished() []string
+	Close() error
+}
+
+// Consumer receives KV pushed by a Producer.
+type Consumer interface {
+	Recv(transferID, bootstrapAddr, engineID string, blockIDs []int)
+	Finished() (done []string, failedBlocks map[string][]int)
+	Close() error
+}
+
+// PDFactory starts the P/D half of a worker over its registered regions;
+// set by the pd wiring (pdwire.go).
+type PDFactory func(ctx context.Context, s Settings, regions []Region) (Producer, Consumer, error)
+
+// Worker is the worker half of the connector (vLLM's
+// KVConnectorRole.WORKER, one per TP/PP rank). Per engine step the shim
+// calls StartLoad (start_load_kv, with the step's metadata), WaitForSave
+// (wait_for_save, after the forward) and GetFinished (get_finished and
+// get_block_ids_with_load_errors). It is safe for concurrent use.
+type Worker struct {
+	s      Settings
+	open   func(ctx context.Context) (Pool, func() error, error)
+	pdNew  PDFactory
+	closer func() error
+
+	mu      sync.Mutex
+	pool    Pool
+	rt      *runtime.Worker
+	regions []Region
+	prod    Producer
+	cons    Consumer
+	// pending holds this step's saves and finished requests, started after
+	// the forward wrote the blocks (WaitForSave or GetFinished).
+	pending runtime.Plan
+	// sendReq and recvReq map a P/D transfer id to its request id.
+	sendReq, recvReq map[string]string
+	closed           bool
+	stats            Stats
+}
+
+// NewWorker makes the worker half; nothing is opened until
+// RegisterKVCaches. Store mode loads the pool settings (Settings.PoolConfig
+// with env; nil means the process environment); pd mode needs pd.
+// Errors: ErrBadConfig.
+func NewWorker(s Settings, env map[string]string, pd PDFactory) (*Worker, error) {
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	var open func(ctx context.Context) (Pool, func() error, error)
+	switch s.Mode {
+	case ModePD:
+		if pd == nil {
+			return nil, fmt.Errorf("%w: unsupported: pd mode is not built into this library", ErrBadConfig)
+		}
+	case ModeStore:
+		pc, err := s.PoolConfig(env)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		open = func(ctx context.Context) (Pool, func() error, error) {
+			p, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host})
+			if err != nil {
+				return nil, nil, err
+			}
+			return p.Client, p.Close, nil
+		}
+	}
+	return newWorker(s, open, pd), nil
+}
+
+// newWorker makes a worker whose pool comes from open (tests pass one).
+func newWorker(s Settings, open func(ctx context.Context) (Pool, func() error, error), pd PDFactory) *Worker {
+	return &Worker{s: s, open: open, pdNew: pd, sendReq: map[string]string{}, recvReq: map[string]string{}}
+}
+
+// RegisterKVCaches registers the worker's KV cache regions
+// (register_kv_caches), once, before any transfer: every region must have
+// the same NumBlocks, BlockBytes > 0 and Buf of at least
+// NumBlocks*BlockBytes bytes. Store mode opens the pool client (mounting
+// global_segment_size bytes) and registers the regions' memory with it
+// (overlapping or adjacent regions as one span); pd mode starts the
+// producer or consumer. Errors: ErrBadInput, ErrWrongRole (a second call),
+// the pool's.
+func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
+	if len(regions) == 0 {
+		return fmt.Errorf("%w: no KV cache regions", ErrBadInput)
+	}
+	for i, r := range regions {
+		switch {
+		case r.BlockBytes == 0 || r.NumBlocks == 0:
+			return fmt.Errorf("%w: region %d: %d blocks of %d bytes", ErrBadInput, i, r.NumBlocks, r.BlockBytes)
+		case r.NumBlocks != regions[0].NumBlocks:
+			return fmt.Errorf("%w: region %d has %d blocks, region 0 %d: every KV cache tensor must have the same block count", ErrBadInput, i, r.NumBlocks, regions[0].NumBlocks)
+		case r.BlockBytes > uint64(len(r.Buf))/r.NumBlocks:
+			return fmt.Errorf("%w: region %d: %d blocks of %d bytes do not fit its %d bytes", ErrBadInput, i, r.NumBlocks, r.BlockBytes, len(r.Buf))
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return runtime.ErrClosed
+	}
+	if w.regions != nil {
+		return fmt.Errorf("%w: register_kv_caches called twice", ErrBadInput)
+	}
+	regions = slices.Clone(regions)
+	switch w.s.Mode {
+	case ModeStore:
+		sp, err := spans(regions)
+		if err != nil {
+			return err
+		}
+		pool, closer, err := w.open(ctx)
+		if err != nil {
+			return err
+		}
+		for _, span := range sp {
+			if err := pool.RegisterBuffer(ctx, span); err != nil {
+				if closer != nil {
+					closer()
+				}
+				return fmt.Errorf("vllm: register KV cache memory [%#x, +%d): %w", memory.AddrOf(span), len(span), err)
+			}
+		}
+		ns := w.s.Namespace(w.s.TPRank, w.s.PPRank)
+		if w.s.UseMLA {
+			ns = w.s.Namespace(0, w.s.PPRank)
+		}
+		rt, err := runtime.NewWorker(runtime.WorkerConfig{
+			Namespace: ns, Loader: loader{w}, Saver: saver{w},
+			LoadTimeout: w.s.LoadTimeout, SaveTimeout: w.s.SaveTimeout,
+		})
+		if err != nil {
+			if closer != nil {
+				closer()
+			}
+			return fmt.Errorf("%w: %w", ErrBadConfig, err)
+		}
+		w.pool, w.rt, w.closer = pool, rt, closer
+	case ModePD:
+		prod, cons, err := w.pdNew(ctx, w.s, regions)
+		if err != nil {
+			return err
+		}
+		w.prod, w.cons = prod, cons
+	}
+	w.regions = regions
+	return nil
+}
+
+// spans returns the regions' memory to register: each region's bytes,
+// less the regions inside another one (vLLM hands the same storage to
+// several layers when they share it). Partly overlapping regions are an
+// error.
+func spans(regions []Region) ([][]byte, error) {
+	bufs := make([][]byte, len(regions))
+	for i, r := range regions {
+		bufs[i] = r.Buf[:r.BlockBytes*r.NumBlocks]
+	}
+	sort.Slice(bufs, func(i, j int) bool {
+		ai, aj := memory.AddrOf(bufs[i]), memory.AddrOf(bufs[j])
+		return ai < aj || ai == aj && len(bufs[i]) > len(bufs[j])
+	})
+	var out [][]byte
+	for _, b := range bufs {
+		if k := len(out) - 1; k >= 0 {
+			lo, hi := memory.AddrOf(out[k]), memory.AddrOf(out[k])+uint64(len(out[k]))
+			a := memory.AddrOf(b)
+			switch {
+			case a+uint64(len(b)) <= hi:
+				continue // inside the previous span
+			case a < hi:
+				return nil, fmt.Errorf("%w: KV cache regions [%#x, +%d) and [%#x, +%d) partly overlap", ErrBadInput, lo, hi-lo, a, len(b))
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// blockParts returns block b's bytes in every region, in region order.
+// Block 0 is vLLM's null block and never holds data.
+func (w *Worker) blockParts(b int) ([][]byte, error) {
+	if b <= 0 || uint64(b) >= w.regions[0].NumBlocks {
+		return nil, fmt.Errorf("%w: block id %d outside [1, %d)", ErrBadInput, b, w.regions[0].NumBlocks)
+	}
+	parts := make([][]byte, len(w.regions))
+	for i, r := range w.regions {
+		off := uint64(b) * r.BlockBytes
+		parts[i] = r.Buf[off : off+r.BlockBytes : off+r.BlockBytes]
+	}
+	return parts, nil
+}
+
+// blockBytes is the size in bytes of one block's pool value.
+func (w *Worker) blockBytes() int {
+	n := 0
+	for _, r := range w.regions {
+		n += int(r.BlockBytes)
+	}
+	return n
+}
+
+type loader struct{ w *Worker }
+
+// Load reads keys[i] into block blockIDs[i]; a value of another size than
+// a block (a layout mismatch) fails that block.
+func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error {
+	w := l.w
+	errs := make([]error, len(keys))
+	var idx []int
+	var ks []string
+	var dsts [][][]byte
+	for i, b := range blockIDs {
+		parts, err := w.blockParts(b)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		idx, ks, dsts = append(idx, i), append(ks, keys[i]), append(dsts, parts)
+	}
+	if len(ks) == 0 {
+		return errs
+	}
+	n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
+	want := w.blockBytes()
+	var ok, bytes uint64
+	for j, i := range idx {
+		switch {
+		case gerrs[j] != nil:
+			errs[i] = gerrs[j]
+		case n[j] != want:
+			errs[i] = fmt.Errorf("%w: key %q holds %d bytes, a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], want)
+		default:
+			ok++
+			bytes += uint64(want)
+		}
+	}
+	w.mu.Lock()
+	w.stats.LoadedBlocks += ok
+	w.stats.LoadedBytes += bytes
+	w.stats.FailedBlocks += uint64(len(keys)) - ok
+	w.mu.Unlock()
+	return errs
+}
+
+type saver struct{ w *Worker }
+
+// Save writes block blockIDs[i] under keys[i] (a key already in the pool
+// is kept and counts as saved). With MLA only TP rank 0 writes: every
+// rank holds the same bytes.
+func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error {
+	w := s.w
+	errs := make([]error, len(keys))
+	if w.s.UseMLA && w.s.TPRank != 0 {
+		return errs
+	}
+	var idx []int
+	var ks []string
+	var srcs [][][]byte
+	for i, b := range blockIDs {
+		parts, err := w.blockParts(b)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		idx, ks, srcs = append(idx, i), append(ks, keys[i]), append(srcs, parts)
+	}
+	if len(ks) == 0 {
+		return errs
+	}
+	perrs := w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
+	var ok uint64
+	for j, i := range idx {
+		if errs[i] = perrs[j]; errs[i] == nil {
+			ok++
+		}
+	}
+	w.mu.Lock()
+	w.stats.SavedBlocks += ok
+	w.stats.SavedBytes += ok * uint64(w.blockBytes())
+	w.stats.FailedBlocks += uint64(len(keys)) - ok
+	w.mu.Unlock()
+	return errs
+}
+
+// StartLoad runs a step's metadata (bind_connector_metadata +
+// start_load_kv): it fences preempted requests (handle_preemptions), then
+// starts the pool loads (synchronous ones complete before it returns, so
+// the forward reads landed blocks; a load that fails is reported in
+// GetFinished's FailedBlocks) and the P/D sends and receives. Saves and
+// finished requests wait for WaitForSave or GetFinished, after the
+// forward wrote the blocks. Errors: ErrNotRegistered, ErrBadInput.
+func (w *Worker) StartLoad(ctx context.Context, data []byte) error {
+	m, err := DecodeMeta(data)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return runtime.ErrClosed
+	}
+	if w.regions == nil {
+		w.mu.Unlock()
+		if m.Empty() {
+			return nil
+		}
+		return ErrNotRegistered
+	}
+	rt, prod, cons := w.rt, w.prod, w.cons
+	w.pending.Saves = append(w.pending.Saves, m.Plan.Saves...)
+	w.pending.Finished = append(w.pending.Finished, m.Plan.Finished...)
+	for _, s := range m.Sends {
+		w.sendReq[s.TransferID] = s.ReqID
+	}
+	for _, d := range m.Drops {
+		w.sendReq[d.TransferID] = d.ReqID
+	}
+	for _, r := range m.Recvs {
+		w.recvReq[r.TransferID] = r.ReqID
+	}
+	w.mu.Unlock()
+
+	if rt != nil {
+		if len(m.Preempted) > 0 {
+			if err := rt.HandlePreemptions(ctx, m.Preempted); err != nil {
+				return err
+			}
+		}
+		if err := rt.Start(runtime.Plan{Loads: m.Plan.Loads}); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(m.Plan.Loads, func(l runtime.LoadSpec) bool { return !l.Async }) {
+			// Failures land in FailedBlocks; the forward recomputes them.
+			_ = rt.WaitForLoad(ctx)
+		}
+	}
+	if prod != nil {
+		for _, s := range m.Sends {
+			prod.Ready(s.TransferID, s.BlockIDs)
+		}
+		for _, d := range m.Drops {
+			prod.Drop(d.TransferID)
+		}
+	}
+	if cons != nil {
+		for _, r := range m.Recvs {
+			cons.Recv(r.TransferID, r.BootstrapAddr, r.EngineID, r.BlockIDs)
+		}
+	}
+	return nil
+}
+
+// HandlePreemptions is handle_preemptions: it fences the requests'
+// jobs (loads cancelled; it returns once none of them touches their
+// blocks), bounded by ctx and the save timeout.
+func (w *Worker) HandlePreemptions(ctx context.Context, reqIDs []string) error {
+	w.mu.Lock()
+	rt := w.rt
+	w.mu.Unlock()
+	if rt == nil || len(reqIDs) == 0 {
+		return nil
+	}
+	return rt.HandlePreemptions(ctx, reqIDs)
+}
+
+// WaitForSave is wait_for_save: the forward has written this step's
+// blocks, so the step's saves start now (in the background; the request's
+// blocks stay held until it is in finished-sending).
+func (w *Worker) WaitForSave() error {
+	w.mu.Lock()
+	p := w.pending
+	w.pending = runtime.Plan{}
+	rt := w.rt
+	w.mu.Unlock()
+	if rt == nil || len(p.Saves)+len(p.Finished) == 0 {
+		return nil
+	}
+	return rt.Start(p)
+}
+
+// GetFinished is get_finished plus get_block_ids_with_load_errors: it
+// starts saves still pending (a step without a forward), then returns,
+// once each, the requests whose saves or P/D sends are done
+// (finished-sending), those whose async loads or P/D receives completed,
+// landed or not (finished-receiving), and the blocks whose loads failed.
+func (w *Worker) GetFinished() (Finished, error) {
+	err := w.WaitForSave()
+	var f Finished
+	w.mu.Lock()
+	rt, prod, cons := w.rt, w.prod, w.cons
+	w.mu.Unlock()
+	if rt != nil {
+		f.Sending, f.Recving = rt.GetFinished()
+		f.FailedBlocks = rt.FailedBlocks()
+	}
+	if prod != nil {
+		for _, t := range prod.Finished() {
+			w.mu.Lock()
+			id, ok := w.sendReq[t]
+			delete(w.sendReq, t)
+			w.mu.Unlock()
+			if ok {
+				f.Sending = append(f.Sending, id)
+			}
+		}
+	}
+	if cons != nil {
+		done, failed := cons.Finished()
+		for _, t := range done {
+			w.mu.Lock()
+			id, ok := w.recvReq[t]
+			delete(w.recvReq, t)
+			w.mu.Unlock()
+			if ok {
+				f.Recving = append(f.Recving, id)
+			}
+			if bs := failed[t]; len(bs) > 0 {
+				f.FailedBlocks = append(f.FailedBlocks, bs...)
+				w.mu.Lock()
+				w.stats.FailedBlocks += uint64(len(bs))
+				w.mu.Unlock()
+			}
+		}
+	}
+	return f, err
+}
+
+// TakeStats returns the counters since the previous call and resets them.
+func (w *Worker) TakeStats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.stats
+	w.stats = Stats{}
+	return s
+}
+
+// Tracked returns the requests with worker-side state.
+func (w *Worker) Tracked() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.sendReq) + len(w.recvReq)
+	if w.rt != nil {
+		n += w.rt.Tracked()
+	}
+	return n
+}
+
+// Close cancels running jobs, waits for them, and closes the pool client
+// and the P/D halves (shutdown). Idempotent.
+func (w *Worker) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	rt, prod, cons, closer := w.rt, w.prod, w.cons, w.closer
+	w.mu.Unlock()
+	var errs []error
+	if rt != nil {
+		rt.Close()
+	}
+	if prod != nil {
+		errs = append(errs, prod.Close())
+	}
+	if cons != nil {
+		errs = append(errs, cons.Close())
+	}
+	if closer != nil {
+		errs = append(errs, closer())
+	}
+	return errors.Join(errs...)
+}
+
+var _ Pool = (*client.Client)(nil)
