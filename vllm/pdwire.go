@@ -118,4 +118,3 @@ func (a *pdConsumer) Finished() ([]string, map[string][]int) {
 }
 
 func (a *pdConsumer) Close() error { return a.c.Close() }
-

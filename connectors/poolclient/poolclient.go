@@ -52,8 +52,8 @@ type Options struct {
 type Pool struct {
 	*client.Client
 	// Name is the client's transfer segment name (host:port).
-	Name  string
-	meta  io.Closer
+	Name string
+	meta io.Closer
 }
 
 // Close closes the client (unmounting its segment), then the metadata
