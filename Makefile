@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build replay test test-rdma vet build-nocgo bench bench-transfer bench-store clean
+.PHONY: all build replay test test-vllm test-rdma vet build-nocgo bench bench-transfer bench-store clean
 
 all: build
 
@@ -32,7 +32,15 @@ test-rdma:
 	$(GO) vet -tags rdma ./core/transfer/rdma/
 	$(GO) test -tags rdma -count=1 ./core/transfer/rdma/
 
-test: vet build-nocgo test-rdma test-abi
+# vLLM connector (mooncake_go.vllm through libmooncake.so): the call-order
+# harness (vllm_sim) with content checks and the two-process P/D test. The
+# Go side (package vllm, vllm/pd, vllm/proxy) runs in the -race run below.
+test-vllm: lib venv
+	$(GO) build -o bin/mooncake ./core/cmd/mooncake
+	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+		$(VENV)/bin/python -m pytest -q vllm/python/tests
+
+test: vet build-nocgo test-rdma test-abi test-vllm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 bench:

@@ -147,9 +147,9 @@ def pool(mooncake_bin, master_info, tmp_path_factory):
 class Peer:
     """A child process speaking JSON lines (te_peer.py)."""
 
-    def __init__(self, args):
+    def __init__(self, args, env=None):
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.lines = queue.Queue()
         self.err = []
