@@ -323,13 +323,17 @@ func (sc *Scheduler) BuildMeta() ([]byte, error) {
 
 // Reset removes every object of this connector's namespaces (all shards)
 // from the pool (reset_cache) and returns how many went. Pd mode: 0.
+// Only keys of the namespace itself go: a block key (the hash in hex,
+// with a "/l<layer>" suffix for a layer key) right after the prefix, so
+// the namespaces of other tenants (cache_prefix), whose prefixes extend
+// this one, are kept.
 func (sc *Scheduler) Reset(ctx context.Context) (int, error) {
 	if sc.pool == nil {
 		return 0, nil
 	}
 	total := 0
 	for _, ns := range sc.s.shards() {
-		n, err := sc.pool.RemoveByRegex(ctx, "^"+regexpQuote(ns.Prefix()), true)
+		n, err := sc.pool.RemoveByRegex(ctx, "^"+regexpQuote(ns.Prefix())+"[0-9a-f]+(/l[0-9]+)?$", true)
 		total += n
 		if err != nil {
 			return total, err
