@@ -137,6 +137,9 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 				}
 				fmt.Fprintf(tw, "replica %d\t%s\n", i, strings.Join(parts, " "))
 			}
+			if k.DiskSegment != "" {
+				fmt.Fprintf(tw, "disk\ton the disk tier of segment %s\n", k.DiskSegment)
+			}
 			fmt.Fprintf(tw, "owner\t%s\n", k.Owner)
 			fmt.Fprintf(tw, "lease\t%s\n", leaseText(k.LeaseLeft))
 			fmt.Fprintf(tw, "pin\t%s\n", pinText(k))
@@ -205,6 +208,11 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 			fmt.Fprintf(tw, "evicted\t%d objects, %d bytes\n", st.EvictedObjects, st.EvictedBytes)
 			fmt.Fprintf(tw, "partial_puts\t%d\n", st.PartialPuts)
 			fmt.Fprintf(tw, "striped_puts\t%d\n", st.StripedPuts)
+			if st.DiskCapacity > 0 {
+				fmt.Fprintf(tw, "disk\t%d of %d bytes (%s), %d objects\n", st.DiskUsed, st.DiskCapacity, geometry.FormatSize(int64(st.DiskCapacity)), st.DiskObjects)
+				fmt.Fprintf(tw, "offloads\t%d (%d failed), %d pending bytes\n", st.Offloads, st.OffloadFailures, st.PendingOffloadBytes)
+				fmt.Fprintf(tw, "disk_reads\t%d hits, %d misses (corrupt or missing files), %d files evicted\n", st.DiskHits, st.DiskMisses, st.DiskEvictions)
+			}
 			return tw.Flush()
 		}),
 	}

@@ -30,6 +30,7 @@ func masterCmd() *cobra.Command {
 		strategy                                  string
 		softPinTTL                                int64
 		evictSoftPinned                           bool
+		enableOffload, offloadOnEvict             bool
 	)
 	c := &cobra.Command{
 		Use:   "master",
@@ -50,6 +51,8 @@ one command runs a whole single-machine pool.`,
 					AllocationStrategy:     strategy,
 					DefaultSoftPinTTL:      time.Duration(softPinTTL) * time.Millisecond,
 					NoEvictSoftPinned:      !evictSoftPinned,
+					EnableOffload:          enableOffload,
+					OffloadOnEvict:         offloadOnEvict,
 				},
 				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
 			}
@@ -110,6 +113,8 @@ one command runs a whole single-machine pool.`,
 	f.StringVar(&strategy, "allocation_strategy", "random", "replica placement: random | free_ratio_first | local_first")
 	f.Int64Var(&softPinTTL, "default_kv_soft_pin_ttl", 1800000, "how long a soft pin protects an object, ms (refreshed by reads, 0.3.x semantics)")
 	f.BoolVar(&evictSoftPinned, "allow_evict_soft_pinned_objects", true, "evict soft-pinned objects when nothing else can be freed")
+	f.BoolVar(&enableOffload, "enable_offload", false, "SSD tier: nodes started with --storage_root_dir keep objects on disk (every put is copied there unless --offload_on_evict)")
+	f.BoolVar(&offloadOnEvict, "offload_on_evict", false, "SSD tier: copy an object to disk only when eviction picks it, then free its DRAM (needs --enable_offload)")
 	f.StringVar(&etcdEndpoints, "etcd-endpoints", "", "etcd endpoints host:port[,host:port...] (also ';'-separated): run for leadership with a replicated object table (high availability)")
 	f.StringVar(&etcdEndpoints, "etcd_endpoints", "", "alias of --etcd-endpoints (upstream spelling)")
 	f.BoolVar(&enableHA, "enable_ha", false, "high availability (implied by --etcd-endpoints, which it requires)")

@@ -16,7 +16,7 @@ import (
 )
 
 func nodeCmd() *cobra.Command {
-	var masterAddr, metaURL, segSize, hostname, bind, protocol string
+	var masterAddr, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
 	var offerShm bool
 	c := &cobra.Command{
 		Use:   "node",
@@ -26,6 +26,15 @@ func nodeCmd() *cobra.Command {
 			size, err := geometry.ParseSize(segSize)
 			if err != nil || size <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size %q: must be a positive size such as 4GiB", segSize)}
+			}
+			var quotaBytes int64
+			if quota != "" && quota != "0" {
+				if quotaBytes, err = geometry.ParseSize(quota); err != nil || quotaBytes <= 0 {
+					return &exitError{2, fmt.Sprintf("mooncake node: --quota_bytes %q: must be a size such as 100GiB (0 = 90%% of the free space)", quota)}
+				}
+			}
+			if quotaBytes > 0 && storageDir == "" {
+				return &exitError{2, "mooncake node: --quota_bytes needs --storage_root_dir"}
 			}
 			if protocol != "tcp" {
 				return &exitError{2, fmt.Sprintf("mooncake node: unsupported: protocol %q (built: tcp)", protocol)}
@@ -39,6 +48,7 @@ func nodeCmd() *cobra.Command {
 			cfg := client.Config{
 				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
+				StorageRootDir: storageDir, StorageQuota: uint64(quotaBytes),
 			}
 			if offerShm {
 				cfg.Local = shm.New(shm.Config{})
@@ -47,7 +57,11 @@ func nodeCmd() *cobra.Command {
 			if err != nil {
 				return &exitError{1, "mooncake node: " + err.Error()}
 			}
-			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s\n", cl.ID(), geometry.FormatSize(size), masterAddr)
+			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s", cl.ID(), geometry.FormatSize(size), masterAddr)
+			if d := cl.DiskTier(); d != nil {
+				fmt.Fprintf(os.Stderr, ", and a %s disk tier in %s", geometry.FormatSize(int64(d.Capacity())), d.Dir())
+			}
+			fmt.Fprintln(os.Stderr)
 			<-ctx.Done()
 			return cl.Close()
 		},
@@ -59,6 +73,8 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&hostname, "local_hostname", "", "this node's segment name, unique in the cluster (default <hostname>-<random>)")
 	f.StringVar(&bind, "bind", "0.0.0.0:0", "data-plane listen address (upstream MC_TCP_BIND_ADDRESS)")
 	f.StringVar(&protocol, "protocol", "tcp", "transfer protocol")
+	f.StringVar(&storageDir, "storage_root_dir", "", "SSD tier: directory for objects evicted from this node's DRAM (needs a master with --enable_offload)")
+	f.StringVar(&quota, "quota_bytes", "0", "SSD tier size limit, e.g. 100GiB (0 = 90% of the directory's free space)")
 	f.BoolVar(&offerShm, "shm", true, "also offer the segment over shared memory (memfd) to clients on this host")
 	return c
 }

@@ -35,6 +35,10 @@ type KeyInfo struct {
 	LeaseLeft        time.Duration // 0 when not leased
 	SoftPin, HardPin bool          // pins the value was put with
 	SoftPinLeft      time.Duration // 0 when the soft pin is not in force
+	// DiskSegment is the segment whose disk tier holds a LOCAL_DISK copy
+	// ("" = none); Replicas lists only the DRAM replicas.
+	DiskSegment string
+	ObjectID    uint64 // the value's identity at the master
 }
 
 // SegmentInfo describes one mounted segment.
@@ -73,7 +77,12 @@ func keyInfo(k *pb.KeyInfo) KeyInfo {
 		LeaseLeft: time.Duration(k.LeaseMsLeft) * time.Millisecond, SoftPin: k.SoftPin, HardPin: k.HardPin,
 		SoftPinLeft: time.Duration(k.SoftPinMsLeft) * time.Millisecond,
 	}
+	out.ObjectID = k.ObjectId
 	for _, r := range k.Replicas {
+		if r.Type == 1 { // LOCAL_DISK
+			out.DiskSegment = r.SegmentId
+			continue
+		}
 		var ps []Placement
 		if len(r.Slices) == 0 {
 			ps = []Placement{{Segment: r.Segment, SegmentID: r.SegmentId, Addr: r.Addr, Size: r.Size}}

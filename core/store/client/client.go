@@ -30,6 +30,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/store"
+	"github.com/mooncake-go/mooncake/core/store/disk"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
@@ -70,6 +71,18 @@ type Config struct {
 	PingInterval time.Duration
 	// RPCTimeout bounds each master RPC; default 30 s (upstream MC_RPC_TIMEOUT_MS).
 	RPCTimeout time.Duration
+	// StorageRootDir is a directory on a local SSD for the disk tier
+	// (upstream storage_root_dir): objects the master moves out of this
+	// client's segment are kept there as checksummed files and staged
+	// back into the segment when read (tier.go). "" = no disk tier.
+	// Needs GlobalSegmentSize > 0 and a master with enable_offload; the
+	// directory's object files are deleted at start and at Close.
+	StorageRootDir string
+	// StorageQuota is the disk tier's size limit in bytes, file headers
+	// included (upstream quota_bytes); least recently used files are
+	// evicted beyond it. 0 = 90% of the free space of StorageRootDir's
+	// filesystem.
+	StorageQuota uint64
 }
 
 // Client is a pool client. Create with New.
@@ -85,6 +98,10 @@ type Client struct {
 	stop    chan struct{}
 	done    chan struct{}
 
+	disk       *disk.Store        // disk tier, or nil
+	tierCancel context.CancelFunc // stops tierLoop
+	tierDone   chan struct{}      // closed when tierLoop returns
+
 	mu struct {
 		sync.Mutex
 		scratch *alloc.Allocator // over local
@@ -99,10 +116,13 @@ func randomID() string {
 }
 
 // New connects to the master, starts a transfer engine, maps and mounts the
-// global segment and maps the local buffer. Errors: INVALID_PARAMS for a bad
-// config; RPC_FAIL when the master cannot be reached (the first heartbeat is
-// sent synchronously); the engine's or the master's error otherwise; nothing
-// is left running on error.
+// global segment, maps the local buffer and opens the disk tier. Errors:
+// INVALID_PARAMS for a bad config (a storage_root_dir without a segment, or
+// one that cannot be opened or is in use); UNABLE_OFFLOAD for a disk tier
+// when the master runs without enable_offload; RPC_FAIL when the master
+// cannot be reached (the first heartbeat is sent synchronously); the
+// engine's or the master's error otherwise; nothing is left running on
+// error.
 func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	switch {
 	case cfg.MasterAddr == "":
@@ -165,6 +185,15 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		if err = c.mount(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.StorageRootDir != "" {
+		if err = c.openTier(ctx); err != nil {
+			return nil, err
+		}
+		var tctx context.Context
+		tctx, c.tierCancel = context.WithCancel(context.Background())
+		c.tierDone = make(chan struct{})
+		go c.tierLoop(tctx)
 	}
 	go c.heartbeat()
 	return c, nil
@@ -239,6 +268,12 @@ func (c *Client) heartbeat() {
 				if c.segment != nil {
 					_ = c.mount(context.Background())
 				}
+				if c.disk != nil {
+					// The master forgot our disk replicas with the
+					// segment: the files are orphans.
+					_ = c.disk.Clear()
+					_ = c.mountTier(context.Background())
+				}
 			}
 		}
 	}
@@ -257,6 +292,10 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	close(c.stop)
 	<-c.done
+	if c.tierCancel != nil {
+		c.tierCancel()
+		<-c.tierDone
+	}
 	var err error
 	if c.segment != nil && c.rpc != nil {
 		ctx, cancel := c.rpcCtx(context.Background())
@@ -273,8 +312,15 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) teardown() {
+	if c.tierCancel != nil {
+		c.tierCancel()
+		<-c.tierDone
+	}
 	if c.engine != nil {
 		c.engine.Close()
+	}
+	if c.disk != nil {
+		c.disk.Close()
 	}
 	if c.segment != nil {
 		c.segment.Close()

@@ -30,7 +30,8 @@ import (
 // backoff until the call's deadline, but only when they are idempotent:
 // lookups (exist, replica lists, sizes), Ping, statistics and listings, and
 // segment mounts (a repeated mount is reported as already mounted, which
-// the client treats as success). Puts, removals and unmounts are never
+// the client treats as success), and disk tier mounts (a repeat with the
+// same capacity is a no-op). Puts, removals and unmounts are never
 // retried blindly: the caller gets RPC_FAIL and decides; retrying a put is
 // safe (a put that did commit answers OBJECT_ALREADY_EXISTS, which counts
 // as success).
@@ -52,6 +53,7 @@ var idempotent = map[string]bool{
 	pb.Master_ListKeys_FullMethodName:            true,
 	pb.Master_MountSegment_FullMethodName:        true,
 	pb.Master_ReMountSegment_FullMethodName:      true,
+	pb.Master_MountLocalDisk_FullMethodName:      true,
 }
 
 // etcdEndpoints returns the endpoints of an "etcd://..." master address.

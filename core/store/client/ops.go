@@ -260,7 +260,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	reqs := make([]transfer.Request, 0, len(keys))
 	type span struct{ key, first, n, rep int } // a key's requests in reqs, and the replica they read
 	idx := make([]span, 0, len(keys))
-	var lease time.Duration
+	lease := make([]time.Duration, len(keys)) // per key: keys staged from disk waited at the master
 	for i, r := range resp.Results {
 		if err := statusErr(r.Status); err != nil {
 			errs[i] = err
@@ -275,7 +275,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 			errs[i] = store.Errorf(store.BufferOverflow, "key %q: value is %d bytes, buffer %d", keys[i], size, capOf[i])
 			continue
 		}
-		lease = time.Duration(r.LeaseTtlMs) * time.Millisecond
+		lease[i] = time.Duration(r.LeaseTtlMs) * time.Millisecond
 		// The preferred replica first; if its segment cannot even be
 		// opened (peer gone from the metadata store), the next one.
 		rep := c.pick(r.Replicas)
@@ -324,11 +324,10 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 			}
 		}
 	}
-	if lease > 0 && time.Since(granted) > lease {
-		for i := range keys {
-			if errs[i] == nil {
-				n[i], errs[i] = 0, store.Errorf(store.LeaseExpired, "key %q: read took longer than the %v lease", keys[i], lease)
-			}
+	took := time.Since(granted)
+	for i := range keys {
+		if errs[i] == nil && lease[i] > 0 && took > lease[i] {
+			n[i], errs[i] = 0, store.Errorf(store.LeaseExpired, "key %q: read took longer than the %v lease", keys[i], lease[i])
 		}
 	}
 	return n, errs

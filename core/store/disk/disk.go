@@ -418,15 +418,18 @@ func readFile(path, key string, id uint64, dst []byte) error {
 	return nil
 }
 
-// Delete removes key's file, if any, and reports whether there was one.
-// Errors: ErrClosed; the filesystem's.
-func (s *Store) Delete(key string) (bool, error) {
+// Delete removes key's file if it holds object id (0 = whichever), and
+// reports whether it did: a newer value of the key written meanwhile is
+// kept. A file being read is not deleted. Errors: ErrClosed; the
+// filesystem's.
+func (s *Store) Delete(key string, id uint64) (bool, error) {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
 		return false, ErrClosed
 	}
 	e, ok := s.mu.entries[key]
+	ok = ok && (id == 0 || e.id == id) && e.readers == 0
 	if ok {
 		s.unlinkLocked(e)
 	}

@@ -240,8 +240,20 @@ func TestBadInput(t *testing.T) {
 	if err := s.Get("absent", 1, make([]byte, 4)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("absent: %v", err)
 	}
-	if ok, err := s.Delete("absent"); ok || err != nil {
+	if ok, err := s.Delete("absent", 0); ok || err != nil {
 		t.Fatalf("delete absent: %v %v", ok, err)
+	}
+	if _, err := s.Put("k", 3, []byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Delete("k", 2); ok || err != nil {
+		t.Fatalf("delete of another object id: %v %v; want kept", ok, err)
+	}
+	if ok, err := s.Delete("k", 3); !ok || err != nil {
+		t.Fatalf("delete: %v %v", ok, err)
+	}
+	if _, err := os.Stat(s.Path("k")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("deleted file still there: %v", err)
 	}
 }
 

@@ -10,6 +10,7 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/store/client"
@@ -29,6 +30,13 @@ type Options struct {
 	// NewClient gives clients one (Config.Local) unless set, so data moves
 	// by memory copy instead of over loopback tcp. Default false (pure tcp).
 	Shm bool
+	// StorageRootDir gives every node a disk tier (client.Config
+	// StorageRootDir) in its own subdirectory node-<i> of this directory;
+	// "" = none. The master needs Master.EnableOffload.
+	StorageRootDir string
+	// StorageQuota is each node's disk tier size limit in bytes
+	// (client.Config.StorageQuota).
+	StorageQuota uint64
 }
 
 // Cluster is a running local pool.
@@ -59,7 +67,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 	for i := 0; i < opts.Nodes; i++ {
-		n, err := c.NewClient(ctx, client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize})
+		ncfg := client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize, StorageQuota: opts.StorageQuota}
+		if opts.StorageRootDir != "" {
+			ncfg.StorageRootDir = filepath.Join(opts.StorageRootDir, ncfg.LocalHostname)
+		}
+		n, err := c.NewClient(ctx, ncfg)
 		if err != nil {
 			return nil, fmt.Errorf("localcluster: node %d: %w", i, err)
 		}

@@ -267,7 +267,7 @@ func (h *haState) lead(ctx context.Context, s *Server, t *ha.Term) bool {
 	s.mu.Lock()
 	s.mu.m = m
 	h.rep.Store(rep)
-	s.mu.Unlock()
+	s.unlock()
 	h.terms.Add(1)
 	h.logf("mooncake master %s: leading cluster %s (view %d): %d objects, %d segments restored (snapshot seq %d + %d log events) in %v",
 		h.addr, h.cfg.ClusterID, t.Rev(), ls.Objects, ls.Segments, ls.SnapshotSeq, ls.Replayed, time.Since(start).Round(time.Millisecond))
@@ -286,7 +286,7 @@ func (h *haState) lead(ctx context.Context, s *Server, t *ha.Term) bool {
 	empty, _ := master.New(h.mcfg)
 	s.mu.Lock()
 	s.mu.m = empty
-	s.mu.Unlock()
+	s.unlock()
 	h.logf("mooncake master %s: standing by: %s", h.addr, why)
 	return true
 }

@@ -93,6 +93,17 @@ func newStatsCollector(s *Server) *statsCollector {
 			c("master_put_start_striped_total", "PutStart calls that striped a replica over segments.", func(st *master.Stats) float64 { return float64(st.StripedPuts) }),
 			g("master_soft_pin_key_count", "Objects put with a soft pin (evicted only after unpinned ones).", func(st *master.Stats) float64 { return float64(st.SoftPinned) }),
 			g("master_hard_pin_key_count", "Objects put with a hard pin (never evicted).", func(st *master.Stats) float64 { return float64(st.HardPinned) }),
+			// SSD tier.
+			g("master_local_disk_capacity_bytes", "Bytes of all disk tiers (storage_root_dir size limits).", func(st *master.Stats) float64 { return float64(st.DiskCapacity) }),
+			g("master_local_disk_used_bytes", "Value bytes of LOCAL_DISK replicas.", func(st *master.Stats) float64 { return float64(st.DiskUsed) }),
+			g("master_local_disk_key_count", "Objects with a LOCAL_DISK replica.", func(st *master.Stats) float64 { return float64(st.DiskObjects) }),
+			g("master_pending_offload_bytes", "DRAM bytes that offloads queued by eviction will free.", func(st *master.Stats) float64 { return float64(st.PendingOffloadBytes) }),
+			c("master_offload_success_total", "Objects offloaded to a disk tier.", func(st *master.Stats) float64 { return float64(st.Offloads) }),
+			c("master_offload_failures_total", "Offloads the owner reported failed.", func(st *master.Stats) float64 { return float64(st.OffloadFailures) }),
+			c("master_file_cache_hit_nums", "Reads served from a disk tier (object staged back into DRAM).", func(st *master.Stats) float64 { return float64(st.DiskHits) }),
+			c("master_file_cache_miss_nums", "Loads from a disk tier that failed (corrupt or missing file; object dropped).", func(st *master.Stats) float64 { return float64(st.DiskMisses) }),
+			c("master_evict_disk_replica_total", "LOCAL_DISK replicas dropped because the owner evicted the file (disk tier full).", func(st *master.Stats) float64 { return float64(st.DiskEvictions) }),
+			c("master_tier_task_timeouts_total", "Disk tier tasks abandoned past their deadline.", func(st *master.Stats) float64 { return float64(st.TierTaskTimeouts) }),
 		},
 		seg: []segGauge{
 			sg("master_segment_allocated_bytes", "Bytes allocated to objects in the segment.", func(g *master.SegmentStats) float64 { return float64(g.Used) }),
@@ -104,6 +115,8 @@ func newStatsCollector(s *Server) *statsCollector {
 				return float64(g.Used) / float64(g.Capacity)
 			}),
 			sg("master_segment_key_count", "Objects with a replica in the segment.", func(g *master.SegmentStats) float64 { return float64(g.Objects) }),
+			sg("master_segment_disk_capacity_bytes", "Bytes of the segment's disk tier (0 = none).", func(g *master.SegmentStats) float64 { return float64(g.DiskCapacity) }),
+			sg("master_segment_disk_used_bytes", "Value bytes of LOCAL_DISK replicas on the segment's disk tier.", func(g *master.SegmentStats) float64 { return float64(g.DiskUsed) }),
 		},
 	}
 }

@@ -50,13 +50,16 @@ func slicesPB(ss []master.Slice) []*pb.Slice {
 func moreStats(out *pb.StatsResponse, st master.Stats) {
 	out.SoftPinned, out.HardPinned, out.Clients = int64(st.SoftPinned), int64(st.HardPinned), int64(st.Clients)
 	out.PartialPuts, out.StripedPuts, out.DiscardedBytes = st.PartialPuts, st.StripedPuts, st.DiscardedBytes
+	out.DiskCapacity, out.DiskUsed, out.DiskObjects = st.DiskCapacity, st.DiskUsed, int64(st.DiskObjects)
+	out.Offloads, out.OffloadFailures, out.DiskHits, out.DiskMisses = st.Offloads, st.OffloadFailures, st.DiskHits, st.DiskMisses
+	out.DiskEvictions, out.TierTaskTimeouts, out.PendingOffloadBytes = st.DiskEvictions, st.TierTaskTimeouts, st.PendingOffloadBytes
 }
 
 func keyInfoPB(in master.ObjectInfo) *pb.KeyInfo {
 	return &pb.KeyInfo{
 		Key: in.Key, Size: in.Size, Owner: in.Owner, Complete: in.Complete, Replicas: replicas(in.Replicas),
 		LeaseMsLeft: uint64(in.LeaseLeft.Milliseconds()), SoftPin: in.SoftPin, HardPin: in.HardPin,
-		SoftPinMsLeft: uint64(in.SoftPinLeft.Milliseconds()),
+		SoftPinMsLeft: uint64(in.SoftPinLeft.Milliseconds()), ObjectId: in.ID,
 	}
 }
 
@@ -134,7 +137,7 @@ func (s *Server) Remove(ctx context.Context, req *pb.KeyRequest) (*pb.Status, er
 func (s *Server) RemoveByRegex(ctx context.Context, req *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
 	s.mu.Lock()
 	n, err := s.mu.m.RemoveByRegex(req.Regex, req.Force)
-	s.mu.Unlock()
+	s.unlock()
 	return &pb.CountResponse{Status: status(err), Count: int64(n)}, nil
 }
 
@@ -142,7 +145,7 @@ func (s *Server) RemoveByRegex(ctx context.Context, req *pb.RemoveByRegexRequest
 func (s *Server) RemoveAll(ctx context.Context, req *pb.RemoveAllRequest) (*pb.CountResponse, error) {
 	s.mu.Lock()
 	n := s.mu.m.RemoveAll(req.Force)
-	s.mu.Unlock()
+	s.unlock()
 	return &pb.CountResponse{Status: status(nil), Count: int64(n)}, nil
 }
 
@@ -151,7 +154,7 @@ func (s *Server) RemoveAll(ctx context.Context, req *pb.RemoveAllRequest) (*pb.C
 func (s *Server) BatchGetSize(ctx context.Context, req *pb.KeysRequest) (*pb.BatchGetSizeResponse, error) {
 	out := &pb.BatchGetSizeResponse{Results: make([]*pb.GetSizeResult, len(req.Keys))}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for i, k := range req.Keys {
 		n, err := s.mu.m.GetSize(k)
 		r := &pb.GetSizeResult{Status: status(err), Size: n}
@@ -175,7 +178,7 @@ func (s *Server) ReMountSegment(ctx context.Context, req *pb.ReMountSegmentReque
 		segs[i] = segment(g)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return status(s.mu.m.ReMountSegment(segs, req.ClientId)), nil
 }
 
@@ -183,7 +186,7 @@ func (s *Server) ReMountSegment(ctx context.Context, req *pb.ReMountSegmentReque
 func (s *Server) ListSegments(ctx context.Context, req *pb.ListSegmentsRequest) (*pb.ListSegmentsResponse, error) {
 	s.mu.Lock()
 	segs := s.mu.m.ListSegments()
-	s.mu.Unlock()
+	s.unlock()
 	out := &pb.ListSegmentsResponse{Segments: make([]*pb.SegmentInfo, len(segs))}
 	for i, g := range segs {
 		out.Segments[i] = segmentInfoPB(g)
@@ -195,7 +198,7 @@ func (s *Server) ListSegments(ctx context.Context, req *pb.ListSegmentsRequest) 
 func (s *Server) QuerySegment(ctx context.Context, req *pb.QuerySegmentRequest) (*pb.QuerySegmentResponse, error) {
 	s.mu.Lock()
 	g, err := s.mu.m.QuerySegment(req.SegmentId)
-	s.mu.Unlock()
+	s.unlock()
 	out := &pb.QuerySegmentResponse{Status: status(err)}
 	if err == nil {
 		out.Segment = segmentInfoPB(g)
@@ -211,7 +214,7 @@ func (s *Server) ListKeys(ctx context.Context, req *pb.ListKeysRequest) (*pb.Lis
 	}
 	s.mu.Lock()
 	keys, total, err := s.mu.m.ListKeys(req.Prefix, limit)
-	s.mu.Unlock()
+	s.unlock()
 	out := &pb.ListKeysResponse{Status: status(err), Total: int64(total), Keys: make([]*pb.KeyInfo, len(keys))}
 	for i, k := range keys {
 		out.Keys[i] = keyInfoPB(k)

@@ -29,12 +29,20 @@ type Server struct {
 	mu struct {
 		sync.Mutex
 		m *master.Master
+		// tierSeen is the master's TierSeq at the last unlock; tierCh is
+		// closed (and replaced) by the unlock that sees it change, waking
+		// owners waiting for tasks and readers waiting for loads.
+		tierSeen uint64
+		tierCh   chan struct{}
 	}
 	grpc    *grpc.Server
 	metrics *metrics
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
+	// loadWait bounds how long a read waits for a disk-only object to be
+	// staged (Options.LoadWait).
+	loadWait time.Duration
 }
 
 // Options configures a Server.
@@ -48,6 +56,10 @@ type Options struct {
 	// Interceptors run inside the metrics interceptor, in order, around
 	// every unary call (HA: the standby gate and replication sync).
 	Interceptors []grpc.UnaryServerInterceptor
+	// LoadWait bounds how long GetReplicaList waits for a disk-only object
+	// to be staged back into DRAM by its owner before answering
+	// REPLICA_IS_NOT_READY; default 10 s.
+	LoadWait time.Duration
 }
 
 // New wraps m. The caller must not use m afterwards except through the
@@ -59,8 +71,12 @@ func New(m *master.Master, opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Server{stop: make(chan struct{}), done: make(chan struct{}), loadWait: opts.LoadWait}
+	if s.loadWait <= 0 {
+		s.loadWait = 10 * time.Second
+	}
 	s.mu.m = m
+	s.mu.tierCh = make(chan struct{})
 	s.metrics = newMetrics(opts.Registry, s)
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...))
 	pb.RegisterMasterServer(s.grpc, s)
@@ -86,8 +102,19 @@ func (s *Server) Close() {
 // Do runs f with exclusive access to the master (for embedding and tests).
 func (s *Server) Do(f func(m *master.Master)) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	f(s.mu.m)
+}
+
+// unlock releases s.mu, first waking the tier waiters if the master's disk
+// tier tasks changed under it.
+func (s *Server) unlock() {
+	if v := s.mu.m.TierSeq(); v != s.mu.tierSeen {
+		s.mu.tierSeen = v
+		close(s.mu.tierCh)
+		s.mu.tierCh = make(chan struct{})
+	}
+	s.mu.Unlock()
 }
 
 func (s *Server) tickLoop(every time.Duration) {
@@ -120,7 +147,7 @@ func status(err error) *pb.Status {
 func replicas(rs []master.Replica) []*pb.Replica {
 	out := make([]*pb.Replica, len(rs))
 	for i, r := range rs {
-		out[i] = &pb.Replica{Segment: r.Segment, SegmentId: r.SegmentID, Addr: r.Addr, Size: r.Size, Status: int32(r.Status), Slices: slicesPB(r.Slices)}
+		out[i] = &pb.Replica{Segment: r.Segment, SegmentId: r.SegmentID, Addr: r.Addr, Size: r.Size, Status: int32(r.Status), Slices: slicesPB(r.Slices), Type: int32(r.Type)}
 	}
 	return out
 }
@@ -138,7 +165,7 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 		return out, nil
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for i, k := range req.Keys {
 		rs, err := s.mu.m.PutStart(req.ClientId, k, req.Sizes[i], cfg)
 		out.Results[i] = &pb.PutStartResult{Status: status(err), Replicas: replicas(rs)}
@@ -149,7 +176,7 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 func (s *Server) eachKey(req *pb.KeysRequest, f func(m *master.Master, key string) error) *pb.StatusList {
 	out := &pb.StatusList{Results: make([]*pb.Status, len(req.Keys))}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for i, k := range req.Keys {
 		out.Results[i] = status(f(s.mu.m, k))
 	}
@@ -172,14 +199,66 @@ func (s *Server) BatchRemove(ctx context.Context, req *pb.KeysRequest) (*pb.Stat
 }
 
 // BatchGetReplicaList implements storepb.MasterServer; each found key gets
-// a lease.
+// a lease. A key whose only replica is on a disk tier is staged back into
+// DRAM by its owner first (master.GetOrLoad): the call waits for that, up
+// to Options.LoadWait (and ctx), then answers with the staged replica,
+// OBJECT_NOT_FOUND when the file was corrupt or missing, or
+// REPLICA_IS_NOT_READY when the owner did not finish in time. The lease
+// TTL reported for a key that waited includes the wait: its lease was
+// granted at the end of the wait, and the client measures the lease from
+// before its request.
 func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (*pb.BatchGetReplicaListResponse, error) {
 	out := &pb.BatchGetReplicaListResponse{Results: make([]*pb.GetReplicaListResult, len(req.Keys))}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, k := range req.Keys {
-		rs, ttl, err := s.mu.m.GetReplicaList(k)
-		out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+	pending := make([]int, 0)
+	var deadline <-chan time.Time
+	start := time.Now()
+	for first := true; first || len(pending) > 0; first = false {
+		var waited time.Duration
+		if !first {
+			waited = time.Since(start).Truncate(time.Millisecond)
+		}
+		s.mu.Lock()
+		idx := pending
+		if first {
+			idx = make([]int, len(req.Keys))
+			for i := range idx {
+				idx[i] = i
+			}
+		}
+		pending = pending[:0]
+		for _, i := range idx {
+			k := req.Keys[i]
+			rs, ttl, loading, err := s.mu.m.GetOrLoad(k)
+			if loading {
+				pending = append(pending, i)
+				err = store.Errorf(store.ReplicaIsNotReady, "key %q is still being loaded from disk after %v", k, s.loadWait)
+			} else if !first && store.CodeOf(err) == store.ObjectNotFound {
+				err = store.Errorf(store.ObjectNotFound, "key %q: its disk copy could not be read back (corrupt or missing file) and was dropped", k)
+			}
+			if ttl > 0 {
+				ttl += waited
+			}
+			out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+		}
+		wake := s.mu.tierCh
+		s.unlock()
+		if len(pending) == 0 {
+			break
+		}
+		if deadline == nil {
+			t := time.NewTimer(s.loadWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			pending = nil
+		case <-ctx.Done():
+			pending = nil
+		case <-s.stop:
+			pending = nil
+		}
 	}
 	s.metrics.lookups(out.Results)
 	return out, nil
@@ -190,7 +269,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 func (s *Server) BatchExistKey(ctx context.Context, req *pb.KeysRequest) (*pb.BatchExistKeyResponse, error) {
 	out := &pb.BatchExistKeyResponse{Results: make([]*pb.ExistResult, len(req.Keys))}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for i, k := range req.Keys {
 		ok, err := s.mu.m.ExistKey(k)
 		out.Results[i] = &pb.ExistResult{Status: status(err), Exists: ok}
@@ -205,21 +284,21 @@ func (s *Server) MountSegment(ctx context.Context, req *pb.MountSegmentRequest) 
 	}
 	g := req.Segment
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return status(s.mu.m.MountSegment(segment(g), req.ClientId)), nil
 }
 
 // UnmountSegment implements storepb.MasterServer.
 func (s *Server) UnmountSegment(ctx context.Context, req *pb.UnmountSegmentRequest) (*pb.Status, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return status(s.mu.m.UnmountSegment(req.SegmentId, req.ClientId)), nil
 }
 
 // Ping implements storepb.MasterServer.
 func (s *Server) Ping(ctx context.Context, req *pb.PingRequest) (*pb.PingResponse, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	need, err := s.mu.m.Ping(req.ClientId)
 	return &pb.PingResponse{Status: status(err), NeedRemount: need}, nil
 }
@@ -228,11 +307,12 @@ func (s *Server) Ping(ctx context.Context, req *pb.PingRequest) (*pb.PingRespons
 func (s *Server) GetStats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsResponse, error) {
 	s.mu.Lock()
 	st := s.mu.m.Stats()
-	s.mu.Unlock()
+	s.unlock()
 	out := &pb.StatsResponse{Capacity: st.Capacity, Used: st.Used, Objects: int64(st.Objects), Segments: int64(st.Segments), EvictedObjects: st.EvictedObjects, EvictedBytes: st.EvictedBytes}
 	moreStats(out, st)
 	for _, g := range st.SegmentsDetail {
-		out.SegmentStats = append(out.SegmentStats, &pb.SegmentStats{Id: g.ID, Name: g.Name, Capacity: g.Capacity, Used: g.Used, Objects: int64(g.Objects)})
+		out.SegmentStats = append(out.SegmentStats, &pb.SegmentStats{Id: g.ID, Name: g.Name, Capacity: g.Capacity, Used: g.Used, Objects: int64(g.Objects),
+			DiskCapacity: g.DiskCapacity, DiskUsed: g.DiskUsed, DiskObjects: int64(g.DiskObjects)})
 	}
 	return out, nil
 }

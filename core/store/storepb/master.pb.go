@@ -158,6 +158,7 @@ type Replica struct {
 	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`     // bytes
 	Status        int32                  `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"` // 2 processing, 3 complete
 	Slices        []*Slice               `protobuf:"bytes,6,rep,name=slices,proto3" json:"slices,omitempty"`
+	Type          int32                  `protobuf:"varint,7,opt,name=type,proto3" json:"type,omitempty"` // 0 memory, 1 local disk (operator views only; addr 0)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +233,13 @@ func (x *Replica) GetSlices() []*Slice {
 		return x.Slices
 	}
 	return nil
+}
+
+func (x *Replica) GetType() int32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
 }
 
 type ReplicaConfig struct {
@@ -1181,6 +1189,9 @@ type SegmentStats struct {
 	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Used          uint64                 `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`
 	Objects       int64                  `protobuf:"varint,5,opt,name=objects,proto3" json:"objects,omitempty"`
+	DiskCapacity  uint64                 `protobuf:"varint,6,opt,name=disk_capacity,json=diskCapacity,proto3" json:"disk_capacity,omitempty"` // bytes of the segment's disk tier; 0 = none
+	DiskUsed      uint64                 `protobuf:"varint,7,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`             // value bytes of LOCAL_DISK replicas there
+	DiskObjects   int64                  `protobuf:"varint,8,opt,name=disk_objects,json=diskObjects,proto3" json:"disk_objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1250,6 +1261,27 @@ func (x *SegmentStats) GetObjects() int64 {
 	return 0
 }
 
+func (x *SegmentStats) GetDiskCapacity() uint64 {
+	if x != nil {
+		return x.DiskCapacity
+	}
+	return 0
+}
+
+func (x *SegmentStats) GetDiskUsed() uint64 {
+	if x != nil {
+		return x.DiskUsed
+	}
+	return 0
+}
+
+func (x *SegmentStats) GetDiskObjects() int64 {
+	if x != nil {
+		return x.DiskObjects
+	}
+	return 0
+}
+
 type StatsResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Capacity       uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -1265,8 +1297,19 @@ type StatsResponse struct {
 	PartialPuts    uint64                 `protobuf:"varint,11,opt,name=partial_puts,json=partialPuts,proto3" json:"partial_puts,omitempty"` // puts that got fewer replicas than asked
 	StripedPuts    uint64                 `protobuf:"varint,12,opt,name=striped_puts,json=stripedPuts,proto3" json:"striped_puts,omitempty"`
 	DiscardedBytes uint64                 `protobuf:"varint,13,opt,name=discarded_bytes,json=discardedBytes,proto3" json:"discarded_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// SSD tier (master.Stats).
+	DiskCapacity        uint64 `protobuf:"varint,14,opt,name=disk_capacity,json=diskCapacity,proto3" json:"disk_capacity,omitempty"`
+	DiskUsed            uint64 `protobuf:"varint,15,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`
+	DiskObjects         int64  `protobuf:"varint,16,opt,name=disk_objects,json=diskObjects,proto3" json:"disk_objects,omitempty"`
+	Offloads            uint64 `protobuf:"varint,17,opt,name=offloads,proto3" json:"offloads,omitempty"`
+	OffloadFailures     uint64 `protobuf:"varint,18,opt,name=offload_failures,json=offloadFailures,proto3" json:"offload_failures,omitempty"`
+	DiskHits            uint64 `protobuf:"varint,19,opt,name=disk_hits,json=diskHits,proto3" json:"disk_hits,omitempty"`
+	DiskMisses          uint64 `protobuf:"varint,20,opt,name=disk_misses,json=diskMisses,proto3" json:"disk_misses,omitempty"`
+	DiskEvictions       uint64 `protobuf:"varint,21,opt,name=disk_evictions,json=diskEvictions,proto3" json:"disk_evictions,omitempty"`
+	TierTaskTimeouts    uint64 `protobuf:"varint,22,opt,name=tier_task_timeouts,json=tierTaskTimeouts,proto3" json:"tier_task_timeouts,omitempty"`
+	PendingOffloadBytes uint64 `protobuf:"varint,23,opt,name=pending_offload_bytes,json=pendingOffloadBytes,proto3" json:"pending_offload_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -1386,6 +1429,76 @@ func (x *StatsResponse) GetStripedPuts() uint64 {
 func (x *StatsResponse) GetDiscardedBytes() uint64 {
 	if x != nil {
 		return x.DiscardedBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskCapacity() uint64 {
+	if x != nil {
+		return x.DiskCapacity
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskUsed() uint64 {
+	if x != nil {
+		return x.DiskUsed
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskObjects() int64 {
+	if x != nil {
+		return x.DiskObjects
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetOffloads() uint64 {
+	if x != nil {
+		return x.Offloads
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetOffloadFailures() uint64 {
+	if x != nil {
+		return x.OffloadFailures
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskHits() uint64 {
+	if x != nil {
+		return x.DiskHits
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskMisses() uint64 {
+	if x != nil {
+		return x.DiskMisses
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetDiskEvictions() uint64 {
+	if x != nil {
+		return x.DiskEvictions
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetTierTaskTimeouts() uint64 {
+	if x != nil {
+		return x.TierTaskTimeouts
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetPendingOffloadBytes() uint64 {
+	if x != nil {
+		return x.PendingOffloadBytes
 	}
 	return 0
 }
@@ -1627,6 +1740,7 @@ type KeyInfo struct {
 	SoftPin       bool                   `protobuf:"varint,7,opt,name=soft_pin,json=softPin,proto3" json:"soft_pin,omitempty"`
 	HardPin       bool                   `protobuf:"varint,8,opt,name=hard_pin,json=hardPin,proto3" json:"hard_pin,omitempty"`
 	SoftPinMsLeft uint64                 `protobuf:"varint,9,opt,name=soft_pin_ms_left,json=softPinMsLeft,proto3" json:"soft_pin_ms_left,omitempty"`
+	ObjectId      uint64                 `protobuf:"varint,10,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"` // the value's identity (disk tier tasks)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1720,6 +1834,13 @@ func (x *KeyInfo) GetHardPin() bool {
 func (x *KeyInfo) GetSoftPinMsLeft() uint64 {
 	if x != nil {
 		return x.SoftPinMsLeft
+	}
+	return 0
+}
+
+func (x *KeyInfo) GetObjectId() uint64 {
+	if x != nil {
+		return x.ObjectId
 	}
 	return 0
 }
@@ -2244,6 +2365,409 @@ func (x *ListKeysResponse) GetTotal() int64 {
 	return 0
 }
 
+// SSD tier: an owner attaches a disk tier to one of its segments, takes
+// tasks (offload a DRAM replica to a file, load a file into a staging
+// range) and reports them, and reports the files it evicts.
+type MountLocalDiskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Capacity      uint64                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"` // bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MountLocalDiskRequest) Reset() {
+	*x = MountLocalDiskRequest{}
+	mi := &file_master_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MountLocalDiskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MountLocalDiskRequest) ProtoMessage() {}
+
+func (x *MountLocalDiskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MountLocalDiskRequest.ProtoReflect.Descriptor instead.
+func (*MountLocalDiskRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *MountLocalDiskRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *MountLocalDiskRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *MountLocalDiskRequest) GetCapacity() uint64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+type PollTierTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Max           int32                  `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`                     // tasks wanted, > 0
+	WaitMs        uint32                 `protobuf:"varint,4,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"` // wait this long for a task when none is queued (long poll)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollTierTasksRequest) Reset() {
+	*x = PollTierTasksRequest{}
+	mi := &file_master_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollTierTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollTierTasksRequest) ProtoMessage() {}
+
+func (x *PollTierTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollTierTasksRequest.ProtoReflect.Descriptor instead.
+func (*PollTierTasksRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PollTierTasksRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PollTierTasksRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *PollTierTasksRequest) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *PollTierTasksRequest) GetWaitMs() uint32 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+type TierTask struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          int32                  `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // 1 offload, 2 load
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	ObjectId      uint64                 `protobuf:"varint,3,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	Addr          uint64                 `protobuf:"varint,4,opt,name=addr,proto3" json:"addr,omitempty"` // absolute address in the owner's segment
+	Size          uint64                 `protobuf:"varint,5,opt,name=size,proto3" json:"size,omitempty"`
+	DeadlineMs    uint64                 `protobuf:"varint,6,opt,name=deadline_ms,json=deadlineMs,proto3" json:"deadline_ms,omitempty"` // report within this many ms
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierTask) Reset() {
+	*x = TierTask{}
+	mi := &file_master_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierTask) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierTask) ProtoMessage() {}
+
+func (x *TierTask) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierTask.ProtoReflect.Descriptor instead.
+func (*TierTask) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *TierTask) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *TierTask) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TierTask) GetObjectId() uint64 {
+	if x != nil {
+		return x.ObjectId
+	}
+	return 0
+}
+
+func (x *TierTask) GetAddr() uint64 {
+	if x != nil {
+		return x.Addr
+	}
+	return 0
+}
+
+func (x *TierTask) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *TierTask) GetDeadlineMs() uint64 {
+	if x != nil {
+		return x.DeadlineMs
+	}
+	return 0
+}
+
+type PollTierTasksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Tasks         []*TierTask            `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollTierTasksResponse) Reset() {
+	*x = PollTierTasksResponse{}
+	mi := &file_master_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollTierTasksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollTierTasksResponse) ProtoMessage() {}
+
+func (x *PollTierTasksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollTierTasksResponse.ProtoReflect.Descriptor instead.
+func (*PollTierTasksResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *PollTierTasksResponse) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *PollTierTasksResponse) GetTasks() []*TierTask {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type TierTaskResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          int32                  `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"` // 1 offload, 2 load, 3 file evicted
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	ObjectId      uint64                 `protobuf:"varint,3,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	Ok            bool                   `protobuf:"varint,4,opt,name=ok,proto3" json:"ok,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // why it failed
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierTaskResult) Reset() {
+	*x = TierTaskResult{}
+	mi := &file_master_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierTaskResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierTaskResult) ProtoMessage() {}
+
+func (x *TierTaskResult) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierTaskResult.ProtoReflect.Descriptor instead.
+func (*TierTaskResult) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *TierTaskResult) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *TierTaskResult) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *TierTaskResult) GetObjectId() uint64 {
+	if x != nil {
+		return x.ObjectId
+	}
+	return 0
+}
+
+func (x *TierTaskResult) GetOk() bool {
+	if x != nil {
+		return x.Ok
+	}
+	return false
+}
+
+func (x *TierTaskResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CompleteTierTasksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	SegmentId     string                 `protobuf:"bytes,2,opt,name=segment_id,json=segmentId,proto3" json:"segment_id,omitempty"`
+	Results       []*TierTaskResult      `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteTierTasksRequest) Reset() {
+	*x = CompleteTierTasksRequest{}
+	mi := &file_master_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteTierTasksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteTierTasksRequest) ProtoMessage() {}
+
+func (x *CompleteTierTasksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteTierTasksRequest.ProtoReflect.Descriptor instead.
+func (*CompleteTierTasksRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CompleteTierTasksRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *CompleteTierTasksRequest) GetSegmentId() string {
+	if x != nil {
+		return x.SegmentId
+	}
+	return ""
+}
+
+func (x *CompleteTierTasksRequest) GetResults() []*TierTaskResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -2257,7 +2781,7 @@ const file_master_proto_rawDesc = "" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x12\n" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\x04R\x04size\"\xb4\x01\n" +
+	"\x04size\x18\x04 \x01(\x04R\x04size\"\xc8\x01\n" +
 	"\aReplica\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x1d\n" +
 	"\n" +
@@ -2265,7 +2789,8 @@ const file_master_proto_rawDesc = "" +
 	"\x04addr\x18\x03 \x01(\x04R\x04addr\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x16\n" +
 	"\x06status\x18\x05 \x01(\x05R\x06status\x120\n" +
-	"\x06slices\x18\x06 \x03(\v2\x18.mooncake.store.v1.SliceR\x06slices\"\xed\x01\n" +
+	"\x06slices\x18\x06 \x03(\v2\x18.mooncake.store.v1.SliceR\x06slices\x12\x12\n" +
+	"\x04type\x18\a \x01(\x05R\x04type\"\xed\x01\n" +
 	"\rReplicaConfig\x12\x1f\n" +
 	"\vreplica_num\x18\x01 \x01(\x05R\n" +
 	"replicaNum\x12+\n" +
@@ -2327,13 +2852,16 @@ const file_master_proto_rawDesc = "" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12!\n" +
 	"\fneed_remount\x18\x02 \x01(\bR\vneedRemount\"\x0e\n" +
-	"\fStatsRequest\"|\n" +
+	"\fStatsRequest\"\xe1\x01\n" +
 	"\fSegmentStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x04 \x01(\x04R\x04used\x12\x18\n" +
-	"\aobjects\x18\x05 \x01(\x03R\aobjects\"\xd4\x03\n" +
+	"\aobjects\x18\x05 \x01(\x03R\aobjects\x12#\n" +
+	"\rdisk_capacity\x18\x06 \x01(\x04R\fdiskCapacity\x12\x1b\n" +
+	"\tdisk_used\x18\a \x01(\x04R\bdiskUsed\x12!\n" +
+	"\fdisk_objects\x18\b \x01(\x03R\vdiskObjects\"\xc7\x06\n" +
 	"\rStatsResponse\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x18\n" +
@@ -2350,7 +2878,18 @@ const file_master_proto_rawDesc = "" +
 	" \x01(\x03R\aclients\x12!\n" +
 	"\fpartial_puts\x18\v \x01(\x04R\vpartialPuts\x12!\n" +
 	"\fstriped_puts\x18\f \x01(\x04R\vstripedPuts\x12'\n" +
-	"\x0fdiscarded_bytes\x18\r \x01(\x04R\x0ediscardedBytes\"Q\n" +
+	"\x0fdiscarded_bytes\x18\r \x01(\x04R\x0ediscardedBytes\x12#\n" +
+	"\rdisk_capacity\x18\x0e \x01(\x04R\fdiskCapacity\x12\x1b\n" +
+	"\tdisk_used\x18\x0f \x01(\x04R\bdiskUsed\x12!\n" +
+	"\fdisk_objects\x18\x10 \x01(\x03R\vdiskObjects\x12\x1a\n" +
+	"\boffloads\x18\x11 \x01(\x04R\boffloads\x12)\n" +
+	"\x10offload_failures\x18\x12 \x01(\x04R\x0foffloadFailures\x12\x1b\n" +
+	"\tdisk_hits\x18\x13 \x01(\x04R\bdiskHits\x12\x1f\n" +
+	"\vdisk_misses\x18\x14 \x01(\x04R\n" +
+	"diskMisses\x12%\n" +
+	"\x0edisk_evictions\x18\x15 \x01(\x04R\rdiskEvictions\x12,\n" +
+	"\x12tier_task_timeouts\x18\x16 \x01(\x04R\x10tierTaskTimeouts\x122\n" +
+	"\x15pending_offload_bytes\x18\x17 \x01(\x04R\x13pendingOffloadBytes\"Q\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
@@ -2365,7 +2904,7 @@ const file_master_proto_rawDesc = "" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"X\n" +
 	"\rCountResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\x9c\x02\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\xb9\x02\n" +
 	"\aKeyInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x14\n" +
@@ -2375,7 +2914,9 @@ const file_master_proto_rawDesc = "" +
 	"\rlease_ms_left\x18\x06 \x01(\x04R\vleaseMsLeft\x12\x19\n" +
 	"\bsoft_pin\x18\a \x01(\bR\asoftPin\x12\x19\n" +
 	"\bhard_pin\x18\b \x01(\bR\ahardPin\x12'\n" +
-	"\x10soft_pin_ms_left\x18\t \x01(\x04R\rsoftPinMsLeft\"\x86\x01\n" +
+	"\x10soft_pin_ms_left\x18\t \x01(\x04R\rsoftPinMsLeft\x12\x1b\n" +
+	"\tobject_id\x18\n" +
+	" \x01(\x04R\bobjectId\"\x86\x01\n" +
 	"\rGetSizeResult\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12.\n" +
@@ -2406,7 +2947,40 @@ const file_master_proto_rawDesc = "" +
 	"\x10ListKeysResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12.\n" +
 	"\x04keys\x18\x02 \x03(\v2\x1a.mooncake.store.v1.KeyInfoR\x04keys\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\x03R\x05total2\x9b\x0f\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"o\n" +
+	"\x15MountLocalDiskRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x1a\n" +
+	"\bcapacity\x18\x03 \x01(\x04R\bcapacity\"}\n" +
+	"\x14PollTierTasksRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x05R\x03max\x12\x17\n" +
+	"\await_ms\x18\x04 \x01(\rR\x06waitMs\"\x96\x01\n" +
+	"\bTierTask\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\x05R\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
+	"\tobject_id\x18\x03 \x01(\x04R\bobjectId\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\x04R\x04addr\x12\x12\n" +
+	"\x04size\x18\x05 \x01(\x04R\x04size\x12\x1f\n" +
+	"\vdeadline_ms\x18\x06 \x01(\x04R\n" +
+	"deadlineMs\"}\n" +
+	"\x15PollTierTasksResponse\x121\n" +
+	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x121\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x1b.mooncake.store.v1.TierTaskR\x05tasks\"{\n" +
+	"\x0eTierTaskResult\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\x05R\x04kind\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1b\n" +
+	"\tobject_id\x18\x03 \x01(\x04R\bobjectId\x12\x0e\n" +
+	"\x02ok\x18\x04 \x01(\bR\x02ok\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x93\x01\n" +
+	"\x18CompleteTierTasksRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
+	"\n" +
+	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults2\x90\x12\n" +
 	"\x06Master\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12L\n" +
 	"\vBatchPutEnd\x12\x1e.mooncake.store.v1.KeysRequest\x1a\x1d.mooncake.store.v1.StatusList\x12O\n" +
@@ -2430,7 +3004,11 @@ const file_master_proto_rawDesc = "" +
 	"\x0eReMountSegment\x12(.mooncake.store.v1.ReMountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12_\n" +
 	"\fListSegments\x12&.mooncake.store.v1.ListSegmentsRequest\x1a'.mooncake.store.v1.ListSegmentsResponse\x12_\n" +
 	"\fQuerySegment\x12&.mooncake.store.v1.QuerySegmentRequest\x1a'.mooncake.store.v1.QuerySegmentResponse\x12S\n" +
-	"\bListKeys\x12\".mooncake.store.v1.ListKeysRequest\x1a#.mooncake.store.v1.ListKeysResponseB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
+	"\bListKeys\x12\".mooncake.store.v1.ListKeysRequest\x1a#.mooncake.store.v1.ListKeysResponse\x12U\n" +
+	"\x0eMountLocalDisk\x12(.mooncake.store.v1.MountLocalDiskRequest\x1a\x19.mooncake.store.v1.Status\x12W\n" +
+	"\x10UnmountLocalDisk\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12b\n" +
+	"\rPollTierTasks\x12'.mooncake.store.v1.PollTierTasksRequest\x1a(.mooncake.store.v1.PollTierTasksResponse\x12_\n" +
+	"\x11CompleteTierTasks\x12+.mooncake.store.v1.CompleteTierTasksRequest\x1a\x1d.mooncake.store.v1.StatusListB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -2444,7 +3022,7 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_master_proto_goTypes = []any{
 	(*Status)(nil),                      // 0: mooncake.store.v1.Status
 	(*Slice)(nil),                       // 1: mooncake.store.v1.Slice
@@ -2483,6 +3061,12 @@ var file_master_proto_goTypes = []any{
 	(*QuerySegmentResponse)(nil),        // 34: mooncake.store.v1.QuerySegmentResponse
 	(*ListKeysRequest)(nil),             // 35: mooncake.store.v1.ListKeysRequest
 	(*ListKeysResponse)(nil),            // 36: mooncake.store.v1.ListKeysResponse
+	(*MountLocalDiskRequest)(nil),       // 37: mooncake.store.v1.MountLocalDiskRequest
+	(*PollTierTasksRequest)(nil),        // 38: mooncake.store.v1.PollTierTasksRequest
+	(*TierTask)(nil),                    // 39: mooncake.store.v1.TierTask
+	(*PollTierTasksResponse)(nil),       // 40: mooncake.store.v1.PollTierTasksResponse
+	(*TierTaskResult)(nil),              // 41: mooncake.store.v1.TierTaskResult
+	(*CompleteTierTasksRequest)(nil),    // 42: mooncake.store.v1.CompleteTierTasksRequest
 }
 var file_master_proto_depIdxs = []int32{
 	1,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
@@ -2512,57 +3096,68 @@ var file_master_proto_depIdxs = []int32{
 	30, // 24: mooncake.store.v1.QuerySegmentResponse.segment:type_name -> mooncake.store.v1.SegmentInfo
 	0,  // 25: mooncake.store.v1.ListKeysResponse.status:type_name -> mooncake.store.v1.Status
 	26, // 26: mooncake.store.v1.ListKeysResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	6,  // 27: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	8,  // 28: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 29: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 30: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 31: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 32: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	15, // 33: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	16, // 34: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	17, // 35: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	19, // 36: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	4,  // 37: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	22, // 38: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
-	22, // 39: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
-	22, // 40: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	22, // 41: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	22, // 42: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
-	23, // 43: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	24, // 44: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	8,  // 45: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
-	29, // 46: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	31, // 47: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
-	33, // 48: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
-	35, // 49: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
-	7,  // 50: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	9,  // 51: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	9,  // 52: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	11, // 53: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	13, // 54: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	9,  // 55: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	0,  // 56: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 57: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	18, // 58: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	21, // 59: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	5,  // 60: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
-	0,  // 61: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
-	0,  // 62: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
-	10, // 63: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
-	12, // 64: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
-	0,  // 65: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
-	25, // 66: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	25, // 67: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	28, // 68: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
-	0,  // 69: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
-	32, // 70: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
-	34, // 71: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
-	36, // 72: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
-	50, // [50:73] is the sub-list for method output_type
-	27, // [27:50] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	0,  // 27: mooncake.store.v1.PollTierTasksResponse.status:type_name -> mooncake.store.v1.Status
+	39, // 28: mooncake.store.v1.PollTierTasksResponse.tasks:type_name -> mooncake.store.v1.TierTask
+	41, // 29: mooncake.store.v1.CompleteTierTasksRequest.results:type_name -> mooncake.store.v1.TierTaskResult
+	6,  // 30: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	8,  // 31: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 32: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 33: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 34: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	8,  // 35: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	15, // 36: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	16, // 37: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	17, // 38: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	19, // 39: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	4,  // 40: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	22, // 41: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	22, // 42: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	22, // 43: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	22, // 44: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	22, // 45: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	23, // 46: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	24, // 47: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	8,  // 48: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	29, // 49: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	31, // 50: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	33, // 51: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	35, // 52: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	37, // 53: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
+	16, // 54: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	38, // 55: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
+	42, // 56: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
+	7,  // 57: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	9,  // 58: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	9,  // 59: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	11, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	13, // 61: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	9,  // 62: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	0,  // 63: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	0,  // 64: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	18, // 65: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	21, // 66: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	5,  // 67: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	0,  // 68: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	0,  // 69: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	10, // 70: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	12, // 71: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	0,  // 72: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	25, // 73: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	25, // 74: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	28, // 75: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	0,  // 76: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	32, // 77: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	34, // 78: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	36, // 79: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	0,  // 80: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
+	0,  // 81: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
+	40, // 82: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
+	9,  // 83: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
+	57, // [57:84] is the sub-list for method output_type
+	30, // [30:57] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -2576,7 +3171,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

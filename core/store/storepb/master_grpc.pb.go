@@ -46,6 +46,10 @@ const (
 	Master_ListSegments_FullMethodName        = "/mooncake.store.v1.Master/ListSegments"
 	Master_QuerySegment_FullMethodName        = "/mooncake.store.v1.Master/QuerySegment"
 	Master_ListKeys_FullMethodName            = "/mooncake.store.v1.Master/ListKeys"
+	Master_MountLocalDisk_FullMethodName      = "/mooncake.store.v1.Master/MountLocalDisk"
+	Master_UnmountLocalDisk_FullMethodName    = "/mooncake.store.v1.Master/UnmountLocalDisk"
+	Master_PollTierTasks_FullMethodName       = "/mooncake.store.v1.Master/PollTierTasks"
+	Master_CompleteTierTasks_FullMethodName   = "/mooncake.store.v1.Master/CompleteTierTasks"
 )
 
 // MasterClient is the client API for Master service.
@@ -78,6 +82,12 @@ type MasterClient interface {
 	ListSegments(ctx context.Context, in *ListSegmentsRequest, opts ...grpc.CallOption) (*ListSegmentsResponse, error)
 	QuerySegment(ctx context.Context, in *QuerySegmentRequest, opts ...grpc.CallOption) (*QuerySegmentResponse, error)
 	ListKeys(ctx context.Context, in *ListKeysRequest, opts ...grpc.CallOption) (*ListKeysResponse, error)
+	// SSD tier (upstream MountLocalDiskSegment, UnmountLocalDiskSegment,
+	// OffloadObjectHeartbeat, NotifyOffloadSuccess, EvictDiskReplica).
+	MountLocalDisk(ctx context.Context, in *MountLocalDiskRequest, opts ...grpc.CallOption) (*Status, error)
+	UnmountLocalDisk(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
+	PollTierTasks(ctx context.Context, in *PollTierTasksRequest, opts ...grpc.CallOption) (*PollTierTasksResponse, error)
+	CompleteTierTasks(ctx context.Context, in *CompleteTierTasksRequest, opts ...grpc.CallOption) (*StatusList, error)
 }
 
 type masterClient struct {
@@ -318,6 +328,46 @@ func (c *masterClient) ListKeys(ctx context.Context, in *ListKeysRequest, opts .
 	return out, nil
 }
 
+func (c *masterClient) MountLocalDisk(ctx context.Context, in *MountLocalDiskRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_MountLocalDisk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) UnmountLocalDisk(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Status)
+	err := c.cc.Invoke(ctx, Master_UnmountLocalDisk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) PollTierTasks(ctx context.Context, in *PollTierTasksRequest, opts ...grpc.CallOption) (*PollTierTasksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PollTierTasksResponse)
+	err := c.cc.Invoke(ctx, Master_PollTierTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *masterClient) CompleteTierTasks(ctx context.Context, in *CompleteTierTasksRequest, opts ...grpc.CallOption) (*StatusList, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusList)
+	err := c.cc.Invoke(ctx, Master_CompleteTierTasks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -348,6 +398,12 @@ type MasterServer interface {
 	ListSegments(context.Context, *ListSegmentsRequest) (*ListSegmentsResponse, error)
 	QuerySegment(context.Context, *QuerySegmentRequest) (*QuerySegmentResponse, error)
 	ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error)
+	// SSD tier (upstream MountLocalDiskSegment, UnmountLocalDiskSegment,
+	// OffloadObjectHeartbeat, NotifyOffloadSuccess, EvictDiskReplica).
+	MountLocalDisk(context.Context, *MountLocalDiskRequest) (*Status, error)
+	UnmountLocalDisk(context.Context, *UnmountSegmentRequest) (*Status, error)
+	PollTierTasks(context.Context, *PollTierTasksRequest) (*PollTierTasksResponse, error)
+	CompleteTierTasks(context.Context, *CompleteTierTasksRequest) (*StatusList, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -426,6 +482,18 @@ func (UnimplementedMasterServer) QuerySegment(context.Context, *QuerySegmentRequ
 }
 func (UnimplementedMasterServer) ListKeys(context.Context, *ListKeysRequest) (*ListKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListKeys not implemented")
+}
+func (UnimplementedMasterServer) MountLocalDisk(context.Context, *MountLocalDiskRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method MountLocalDisk not implemented")
+}
+func (UnimplementedMasterServer) UnmountLocalDisk(context.Context, *UnmountSegmentRequest) (*Status, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnmountLocalDisk not implemented")
+}
+func (UnimplementedMasterServer) PollTierTasks(context.Context, *PollTierTasksRequest) (*PollTierTasksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PollTierTasks not implemented")
+}
+func (UnimplementedMasterServer) CompleteTierTasks(context.Context, *CompleteTierTasksRequest) (*StatusList, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteTierTasks not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -862,6 +930,78 @@ func _Master_ListKeys_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_MountLocalDisk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MountLocalDiskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).MountLocalDisk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_MountLocalDisk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).MountLocalDisk(ctx, req.(*MountLocalDiskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_UnmountLocalDisk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnmountSegmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).UnmountLocalDisk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_UnmountLocalDisk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).UnmountLocalDisk(ctx, req.(*UnmountSegmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_PollTierTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PollTierTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).PollTierTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_PollTierTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).PollTierTasks(ctx, req.(*PollTierTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Master_CompleteTierTasks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteTierTasksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).CompleteTierTasks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_CompleteTierTasks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).CompleteTierTasks(ctx, req.(*CompleteTierTasksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -960,6 +1100,22 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListKeys",
 			Handler:    _Master_ListKeys_Handler,
+		},
+		{
+			MethodName: "MountLocalDisk",
+			Handler:    _Master_MountLocalDisk_Handler,
+		},
+		{
+			MethodName: "UnmountLocalDisk",
+			Handler:    _Master_UnmountLocalDisk_Handler,
+		},
+		{
+			MethodName: "PollTierTasks",
+			Handler:    _Master_PollTierTasks_Handler,
+		},
+		{
+			MethodName: "CompleteTierTasks",
+			Handler:    _Master_CompleteTierTasks_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,224 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/store/localcluster"
+	"github.com/mooncake-go/mooncake/core/store/master"
+)
+
+// SSD tier pool: one node with a small DRAM segment and a disk tier.
+const (
+	tierSegment = 1 << 20  // the node's DRAM
+	tierValue   = 64 << 10 // bytes per object
+	tierObjects = 40       // 2.5 x the DRAM
+)
+
+// startTierPool starts a master with offload on (onEvict selects the
+// mode), one node with a tierSegment-byte segment and a disk tier in a
+// temporary directory, and a pure client.
+func startTierPool(t *testing.T, onEvict bool) (*localcluster.Cluster, *client.Client) {
+	t.Helper()
+	ctx := testContext(t)
+	cl, err := localcluster.Start(ctx, localcluster.Options{
+		Nodes: 1, SegmentSize: tierSegment, StorageRootDir: t.TempDir(), StorageQuota: 64 << 20,
+		Master: master.Config{EnableOffload: true, OffloadOnEvict: onEvict, EvictionHighWatermark: 0.5, EvictionRatio: 0.25,
+			DefaultLeaseTTL: 200 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatalf("start pool: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, newClient(t, cl, "client")
+}
+
+// retry calls f until it returns nil or an error other than the
+// transient NO_AVAILABLE_HANDLE (DRAM still being offloaded) and
+// REPLICA_IS_NOT_READY, or until the test's deadline.
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if !errors.Is(err, store.ErrNoAvailableHandle) && !errors.Is(err, store.ErrReplicaIsNotReady) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// waitFor polls cond until it holds or the test's deadline passes.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func tierKey(i int) string { return fmt.Sprintf("ssd/%03d", i) }
+
+// TestSSDTierOffloadOnEvict fills a pool 2.5 times over with offload on
+// evict: evicted objects land in checksummed files on the node's disk
+// tier, nothing is lost, every object reads back byte for byte (those on
+// disk staged back by the node), and a corrupted file is a miss
+// (OBJECT_NOT_FOUND), never wrong bytes.
+func TestSSDTierOffloadOnEvict(t *testing.T) {
+	cl, c := startTierPool(t, true)
+	ctx := testContext(t)
+	node := cl.Nodes[0]
+	const seed = 41
+	for i := range tierObjects {
+		v := valueFor(seed, i, tierValue)
+		if err := retry(ctx, func() error { return c.Put(ctx, tierKey(i), v, nil) }); err != nil {
+			t.Fatalf("put %s: %v", tierKey(i), err)
+		}
+	}
+	// Let the offloads the fill queued finish: the node's files and the
+	// master's LOCAL_DISK replicas then agree.
+	waitFor(t, ctx, "offloads to settle", func() bool {
+		st := stats(t, ctx, c)
+		return st.PendingOffloadBytes == 0 && int64(node.DiskTier().Stats().Files) == st.DiskObjects
+	})
+	// Every object is still known; the oldest ones are only on disk.
+	var diskOnly []string
+	for i := range tierObjects {
+		k, err := c.Stat(ctx, tierKey(i))
+		if err != nil {
+			t.Fatalf("stat %s after the fill: %v (an object was lost)", tierKey(i), err)
+		}
+		if k.DiskSegment != "" && len(k.Replicas) == 0 {
+			diskOnly = append(diskOnly, k.Key)
+		}
+	}
+	if want := tierObjects - tierSegment/tierValue; len(diskOnly) < want {
+		t.Fatalf("%d objects only on disk, want at least %d", len(diskOnly), want)
+	}
+	if diskOnly[0] != tierKey(0) {
+		t.Fatalf("first disk-only object %s, want the least recently used %s", diskOnly[0], tierKey(0))
+	}
+	st := stats(t, ctx, c)
+	files := node.DiskTier().Stats()
+	if st.DiskObjects < int64(len(diskOnly)) || files.Files < len(diskOnly) || st.Offloads < uint64(len(diskOnly)) || st.Used > tierSegment {
+		t.Fatalf("master %d disk objects (%d offloads, %d bytes of DRAM used), node %d files; %d objects only on disk",
+			st.DiskObjects, st.Offloads, st.Used, files.Files, len(diskOnly))
+	}
+	for _, k := range diskOnly {
+		if _, err := os.Stat(node.DiskTier().Path(k)); err != nil {
+			t.Fatalf("file of %s: %v", k, err)
+		}
+	}
+
+	// Corrupt one file (a bit of its value): reading it is a miss.
+	victim := diskOnly[len(diskOnly)/2]
+	path := node.DiskTier().Path(victim)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw[len(raw)-100] ^= 0x40
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Get(ctx, victim)
+	if !errors.Is(err, store.ErrObjectNotFound) || got != nil {
+		t.Fatalf("get of the corrupted %s: %d bytes, %v; want OBJECT_NOT_FOUND", victim, len(got), err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("corrupt file still there: %v", err)
+	}
+	if _, err := c.Stat(ctx, victim); !errors.Is(err, store.ErrObjectNotFound) {
+		t.Fatalf("stat of the corrupted %s: %v; want OBJECT_NOT_FOUND", victim, err)
+	}
+
+	// Every other object reads back byte for byte.
+	before := stats(t, ctx, c)
+	for i := range tierObjects {
+		key := tierKey(i)
+		if key == victim {
+			continue
+		}
+		var got []byte
+		if err := retry(ctx, func() (err error) { got, err = c.Get(ctx, key); return err }); err != nil {
+			t.Fatalf("get %s: %v", key, err)
+		}
+		if want := valueFor(seed, i, tierValue); !bytes.Equal(got, want) {
+			t.Fatalf("get %s: %d bytes differ from the %d written (first at %d)", key, len(got), len(want), firstDiff(got, want))
+		}
+	}
+	after := stats(t, ctx, c)
+	if hits := after.DiskHits - before.DiskHits; hits < uint64(len(diskOnly)-1) {
+		t.Fatalf("%d reads served from disk, want at least %d", hits, len(diskOnly)-1)
+	}
+	if after.DiskMisses != 1 || after.OffloadFailures != 0 {
+		t.Fatalf("disk misses %d (want 1: the corrupted file), offload failures %d", after.DiskMisses, after.OffloadFailures)
+	}
+	if fs := node.DiskTier().Stats(); fs.Corrupt != 1 || fs.Reads < uint64(len(diskOnly)-1) {
+		t.Fatalf("node file store %+v: want 1 corrupt, >= %d reads", fs, len(diskOnly)-1)
+	}
+	t.Logf("%d objects, %d only on disk after the fill; %d offloads, %d disk hits", tierObjects, len(diskOnly), after.Offloads, after.DiskHits)
+}
+
+// TestSSDTierWriteThrough: without offload_on_evict every put is copied to
+// disk at once, so eviction frees DRAM immediately and puts never wait;
+// the disk quota evicts the oldest files (and their objects) when full.
+func TestSSDTierWriteThrough(t *testing.T) {
+	cl, c := startTierPool(t, false)
+	ctx := testContext(t)
+	node := cl.Nodes[0]
+	const seed = 42
+	const n = 24
+	for i := range n {
+		if err := retry(ctx, func() error { return c.Put(ctx, tierKey(i), valueFor(seed, i, tierValue), nil) }); err != nil {
+			t.Fatalf("put %s: %v", tierKey(i), err)
+		}
+		// Wait for each copy, so that eviction never meets an object
+		// whose offload has not started yet (it would drop it).
+		key := tierKey(i)
+		waitFor(t, ctx, key+" on disk", func() bool {
+			k, err := c.Stat(ctx, key)
+			return err == nil && k.DiskSegment != ""
+		})
+	}
+	for i := range n {
+		var got []byte
+		err := retry(ctx, func() (err error) { got, err = c.Get(ctx, tierKey(i)); return err })
+		if err != nil || !bytes.Equal(got, valueFor(seed, i, tierValue)) {
+			t.Fatalf("get %s: %d bytes, %v", tierKey(i), len(got), err)
+		}
+	}
+	st := stats(t, ctx, c)
+	if st.Offloads != n || st.DiskObjects != n || node.DiskTier().Stats().Files != n || st.DiskHits == 0 {
+		t.Fatalf("stats: %d offloads, %d disk objects, %d files, %d disk hits; want %d, %d, %d, > 0",
+			st.Offloads, st.DiskObjects, node.DiskTier().Stats().Files, st.DiskHits, n, n, n)
+	}
+}
+
+// TestSSDTierBadConfig: a disk tier needs a segment and a master with
+// enable_offload; the errors say so.
+func TestSSDTierBadConfig(t *testing.T) {
+	cl, _ := startPool(t, master.Config{})
+	ctx := testContext(t)
+	_, err := cl.NewClient(ctx, client.Config{LocalHostname: "noseg", StorageRootDir: t.TempDir()})
+	wantErr(t, "disk tier without a segment", err, store.ErrInvalidParams)
+	_, err = cl.NewClient(ctx, client.Config{LocalHostname: "nooffload", GlobalSegmentSize: 1 << 20, StorageRootDir: t.TempDir()})
+	wantErr(t, "disk tier on a master without enable_offload", err, store.ErrUnableOffload)
+
+	tc, _ := startTierPool(t, true)
+	dir := tc.Nodes[0].DiskTier().Dir()
+	_, err = tc.NewClient(ctx, client.Config{LocalHostname: "samedir", GlobalSegmentSize: 1 << 20, StorageRootDir: dir})
+	wantErr(t, "disk tier in a directory in use", err, store.ErrInvalidParams)
+}
