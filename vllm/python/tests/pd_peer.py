@@ -8,7 +8,9 @@ Each request line is answered with one JSON line: the prefill side prints
 held block was sent and freed, {"sent": <request id>}; the decode side
 prints {"verified": <request id>, "external": n} once the request ran to
 its end with every loaded token checked against the KV this engine would
-compute (vllm_sim)."""
+compute (vllm_sim). "abort_after_steps" (prefill) and
+"abort_before_alloc" (decode) abort the request instead and report
+{"aborted": <request id>, "free": <free blocks once drained>}."""
 
 import json
 import sys
@@ -24,7 +26,7 @@ BS, NUM_BLOCKS, LAYERS = 16, 32, 4
 def config(kv_role, model, engine_id):
     return types.SimpleNamespace(
         kv_transfer_config=types.SimpleNamespace(
-            kv_role=kv_role, engine_id=engine_id, kv_connector_extra_config={"mc_mode": "pd", "mc_load_timeout_ms": 20000}
+            kv_role=kv_role, engine_id=engine_id, kv_connector_extra_config={"mc_mode": "pd", "mc_load_timeout_ms": 5000}
         ),
         model_config=types.SimpleNamespace(model=model, dtype="float16", use_mla=False),
         cache_config=types.SimpleNamespace(block_size=BS, cache_dtype="auto"),
@@ -49,6 +51,14 @@ def main():
             params = {"do_remote_decode": True, "do_remote_prefill": False, "transfer_id": msg["transfer_id"]}
             req = sim.Request(rid, msg["prompt"], 1, BS, kv_transfer_params=params)
             engine.add(req)
+            if msg.get("abort_after_steps") is not None:
+                for _ in range(msg["abort_after_steps"]):
+                    engine.step()
+                engine.abort(rid)
+                engine.step()  # the next engine step carries the drop to the worker
+                engine.run(timeout=60)
+                print(json.dumps({"aborted": rid, "params": req.finish_params, "free": len(engine.free)}), flush=True)
+                continue
             while rid not in engine.done:
                 engine.step()
             print(json.dumps({"params": req.finish_params}), flush=True)
@@ -58,6 +68,12 @@ def main():
         else:
             req = sim.Request(rid, msg["prompt"], 2, BS, kv_transfer_params=dict(msg["params"]))
             engine.add(req)
+            if msg.get("abort_before_alloc"):
+                engine.abort(rid)
+                engine.step()  # the next engine step carries the empty receive to the producer
+                engine.run(timeout=60)
+                print(json.dumps({"aborted": rid, "free": len(engine.free)}), flush=True)
+                continue
             engine.run(timeout=60)
             ext = [e for e in engine.log if e[0] == "alloc" and e[1] == rid][0][2]
             failed = [e for e in engine.log if e[0] == "load-error" and e[1] == rid]
