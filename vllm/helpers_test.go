@@ -82,11 +82,11 @@ func startPool(t testing.TB, segment uint64, shm bool) *localcluster.Cluster {
 // be unique in a pool).
 var clientSeq atomic.Int64
 
-// newPoolClient starts a pure client of cl (no segment), closed when t
-// ends.
+// newPoolClient starts a pure client of cl (no segment, a 1 MiB scratch
+// buffer for Get), closed when t ends.
 func newPoolClient(t testing.TB, cl *localcluster.Cluster) *client.Client {
 	t.Helper()
-	c, err := cl.NewClient(testContext(t), client.Config{LocalHostname: fmt.Sprintf("vllm-test-%d", clientSeq.Add(1))})
+	c, err := cl.NewClient(testContext(t), client.Config{LocalHostname: fmt.Sprintf("vllm-test-%d", clientSeq.Add(1)), LocalBufferSize: 1 << 20})
 	if err != nil {
 		t.Fatalf("pool client: %v", err)
 	}

@@ -275,10 +275,11 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 		}
 		idx, ks, dsts = append(idx, i), append(ks, keys[i]), append(dsts, parts)
 	}
-	if len(ks) == 0 {
-		return errs
+	var n []int
+	var gerrs []error
+	if len(ks) > 0 {
+		n, gerrs = w.pool.BatchGetIntoParts(ctx, ks, dsts)
 	}
-	n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
 	want := w.blockBytes()
 	var ok, bytes uint64
 	for j, i := range idx {
@@ -322,10 +323,10 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 		}
 		idx, ks, srcs = append(idx, i), append(ks, keys[i]), append(srcs, parts)
 	}
-	if len(ks) == 0 {
-		return errs
+	var perrs []error
+	if len(ks) > 0 {
+		perrs = w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
 	}
-	perrs := w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
 	var ok uint64
 	for j, i := range idx {
 		if errs[i] = perrs[j]; errs[i] == nil {
