@@ -341,7 +341,18 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._c.register_kv_caches(regions_of(kv_caches, nb))
 
     def handle_preemptions(self, arg):
-        ids = arg if isinstance(arg, (set, list, tuple, frozenset)) else ()
+        """Fences preempted requests before vLLM reuses their blocks. Older
+        vLLM passes the set of request ids, newer the step's metadata (whose
+        preempted list start_load_kv also fences)."""
+        if isinstance(arg, MooncakeGoMetadata):
+            import json
+
+            try:
+                ids = json.loads(arg.data or b"{}").get("preempted") or ()
+            except ValueError:
+                ids = ()
+        else:
+            ids = arg if isinstance(arg, (set, list, tuple, frozenset)) else ()
         if ids:
             try:
                 self._c.handle_preemptions(sorted(ids))
