@@ -7,7 +7,10 @@
 // grant no lease (Stat, ListKeys, ListSegments, QuerySegment). Placement
 // follows Config.AllocationStrategy (placement.go); a value larger than any
 // segment is striped over several (Replica.Slices). Soft and hard pins
-// change the eviction order (pins.go).
+// change the eviction order (pins.go). With Config.EnableOffload, owners
+// attach disk tiers (upstream LOCAL_DISK, storage_root_dir) to their
+// segments and the master moves objects there and back through tasks it
+// hands them (tier.go).
 //
 // Determinism: a Master does no I/O, starts no goroutines and reads time only
 // through Config.Now and randomness only through Config.Rand, so a sequence
@@ -21,5 +24,7 @@
 // allocated in its segment's allocator exactly once; replicas of one object,
 // and the pieces of all of them, lie on distinct segments; only
 // complete objects are on the LRU list; an object whose lease has not expired
-// is never evicted, and neither is one being written or hard-pinned.
+// is never evicted, and neither is one being written or hard-pinned, nor
+// one whose disk tier task is in flight; an object is in the table only
+// while it has a DRAM replica, a LOCAL_DISK replica or a write in progress.
 package master

@@ -60,15 +60,19 @@ type harness struct {
 
 // newHarness serves a fresh master over an in-memory listener. The tick
 // loop is set to an hour so that it never runs during a test.
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, mod ...func(*master.Config)) *harness {
 	t.Helper()
 	clk := &syncClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-	m, err := master.New(master.Config{
+	cfg := master.Config{
 		Now:             clk.Now,
 		Rand:            rand.New(rand.NewPCG(3, 4)),
 		ClientTTL:       time.Hour,
 		DefaultLeaseTTL: 10 * time.Second,
-	})
+	}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	m, err := master.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,10 +39,11 @@ func (s *Server) PollTierTasks(ctx context.Context, req *pb.PollTierTasksRequest
 	for {
 		s.mu.Lock()
 		ts, err := s.mu.m.TakeTierTasks(req.SegmentId, req.ClientId, int(req.Max))
+		now := s.mu.m.Config().Now() // the master's clock sets the deadlines
 		wake := s.mu.tierCh
 		s.unlock()
 		if err != nil || len(ts) > 0 || wait <= 0 {
-			return &pb.PollTierTasksResponse{Status: status(err), Tasks: tierTasksPB(ts)}, nil
+			return &pb.PollTierTasksResponse{Status: status(err), Tasks: tierTasksPB(ts, now)}, nil
 		}
 		if timeout == nil {
 			t := time.NewTimer(wait)
@@ -61,11 +62,11 @@ func (s *Server) PollTierTasks(ctx context.Context, req *pb.PollTierTasksRequest
 	}
 }
 
-func tierTasksPB(ts []master.TierTask) []*pb.TierTask {
+func tierTasksPB(ts []master.TierTask, now time.Time) []*pb.TierTask {
 	out := make([]*pb.TierTask, len(ts))
 	for i, t := range ts {
 		out[i] = &pb.TierTask{Kind: int32(t.Kind), Key: t.Key, ObjectId: t.ObjectID, Addr: t.Addr, Size: t.Size,
-			DeadlineMs: uint64(max(time.Until(t.Deadline), 0).Milliseconds())}
+			DeadlineMs: uint64(max(t.Deadline.Sub(now), 0).Milliseconds())}
 	}
 	return out
 }
