@@ -17,11 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
+	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
-	"github.com/mooncake-go/mooncake/core/metadata/etcdmeta"
-	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
-	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
 	mcstore "github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
@@ -145,39 +143,17 @@ func freePort(host string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// openMetadata connects to metadata_server. For P2PHANDSHAKE it starts the
-// handshake listener on bindHost (publishing publish) and returns the
-// segment name the engine must use; otherwise name is "".
+// openMetadata connects to metadata_server (poolclient.OpenMetadata);
+// etcd failures carry MC_ERR_METADATA.
 func openMetadata(ctx context.Context, conn, bindHost, publish string) (meta metadata.Store, closer io.Closer, name string, err error) {
-	kind, _, err := metadata.ParseConnString(conn)
+	meta, closer, name, err = poolclient.OpenMetadata(ctx, conn, bindHost, publish)
 	if err != nil {
+		if kind, _, perr := metadata.ParseConnString(conn); perr == nil && kind == metadata.KindEtcd {
+			err = cbridge.MetadataError(err)
+		}
 		return nil, nil, "", err
 	}
-	switch kind {
-	case metadata.KindHTTP:
-		c, err := httpmeta.NewClient(conn)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return c, c, "", nil
-	case metadata.KindEtcd:
-		s, err := etcdmeta.NewFromConnString(ctx, conn)
-		if err != nil {
-			return nil, nil, "", cbridge.MetadataError(err)
-		}
-		return s, s, "", nil
-	case metadata.KindP2P:
-		var opts []p2pmeta.Option
-		if publish != "" {
-			opts = append(opts, p2pmeta.WithHost(publish))
-		}
-		s, err := p2pmeta.Listen(net.JoinHostPort(bindHost, "0"), opts...)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return s, s, s.Name(), nil
-	}
-	return nil, nil, "", unsupported("%s metadata backend (%q) is not implemented by mooncake-go; pass an HTTP URL such as http://127.0.0.1:8080/metadata (`mooncake master` serves one), an etcd endpoint list or P2PHANDSHAKE", kind, conn)
+	return meta, closer, name, nil
 }
 
 // newStore is mc_store_setup.

@@ -25,14 +25,16 @@ import (
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
 // ErrUnsupported is matched by errors for settings mooncake-go does not
 // implement (a protocol other than tcp, a redis metadata server); their
-// text starts with "unsupported:".
-var ErrUnsupported = errors.New("unsupported")
+// text starts with "unsupported:". It is transfer.ErrUnsupported, so the C
+// ABIs map it to MC_ERR_UNSUPPORTED.
+var ErrUnsupported = transfer.ErrUnsupported
 
 // Options are what Open needs beyond the loaded settings.
 type Options struct {
@@ -153,9 +155,7 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 }
 
 // openMetadata connects to the metadata service conn; empty means the
-// HTTP server of `mooncake master` on the master's host (port 8080). For
-// P2PHANDSHAKE it starts the handshake listener on bind, publishing host,
-// and returns the segment name the engine must use.
+// HTTP server of `mooncake master` on the master's host (port 8080).
 func openMetadata(ctx context.Context, conn, master, bind, host string) (metadata.Store, io.Closer, string, error) {
 	if conn == "" {
 		h, _, err := net.SplitHostPort(master)
@@ -164,10 +164,20 @@ func openMetadata(ctx context.Context, conn, master, bind, host string) (metadat
 		}
 		conn = "http://" + net.JoinHostPort(h, "8080") + "/metadata"
 	}
-	conn = strings.ReplaceAll(conn, ";", ",")
+	return OpenMetadata(ctx, strings.ReplaceAll(conn, ";", ","), bind, host)
+}
+
+// OpenMetadata connects to the transfer metadata service conn (upstream
+// metadata_server): an http:// URL, etcd endpoints, or P2PHANDSHAKE, for
+// which it starts the handshake listener on bind (port chosen by the
+// kernel) publishing host (empty: the listener's address) and returns the
+// segment name the engine must use (else name is ""). closer releases the
+// connection. Errors: the backend's (metadata.ErrUnreachable and friends),
+// ErrUnsupported for a kind not built (redis).
+func OpenMetadata(ctx context.Context, conn, bind, host string) (meta metadata.Store, closer io.Closer, name string, err error) {
 	kind, _, err := metadata.ParseConnString(conn)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("poolclient: metadata_server %q: %w", conn, err)
+		return nil, nil, "", fmt.Errorf("metadata_server %q: %w", conn, err)
 	}
 	switch kind {
 	case metadata.KindHTTP:
@@ -183,11 +193,15 @@ func openMetadata(ctx context.Context, conn, master, bind, host string) (metadat
 		}
 		return s, s, "", nil
 	case metadata.KindP2P:
-		s, err := p2pmeta.Listen(net.JoinHostPort(bind, "0"), p2pmeta.WithHost(host))
+		var opts []p2pmeta.Option
+		if host != "" {
+			opts = append(opts, p2pmeta.WithHost(host))
+		}
+		s, err := p2pmeta.Listen(net.JoinHostPort(bind, "0"), opts...)
 		if err != nil {
 			return nil, nil, "", err
 		}
 		return s, s, s.Name(), nil
 	}
-	return nil, nil, "", fmt.Errorf("%w: metadata_server %q (%s); use an http://host:port/metadata URL, etcd endpoints or P2PHANDSHAKE", ErrUnsupported, conn, kind)
+	return nil, nil, "", fmt.Errorf("%w: %s metadata backend (%q) is not implemented by mooncake-go; pass an HTTP URL such as http://127.0.0.1:8080/metadata (`mooncake master` serves one), an etcd endpoint list or P2PHANDSHAKE", ErrUnsupported, kind, conn)
 }
