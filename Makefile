@@ -57,3 +57,11 @@ bench-transfer: build
 # and concurrency, same run; installs Debian's redis-server when missing.
 bench-store: build
 	./scripts/bench-store.sh
+
+# vLLM connector (store mode, 32-layer FlashAttention blocks, 64 parts per
+# block) vs the store client's raw put/get of the same bytes, tcp and shm,
+# as a table (issue 6's bar: ratio >= 0.5); the benchmark itself is
+# BenchmarkConnectorVsRaw.
+.PHONY: bench-vllm
+bench-vllm:
+	MC_BENCH=1 $(GO) test -count=1 -run '^TestConnectorVsRawRatio$$' -v ./vllm/
