@@ -3,7 +3,9 @@ package transfer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
 )
@@ -88,8 +90,22 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	b.mu.pending += len(reqs)
 	e.inflight.Add(len(reqs))
 	b.mu.Unlock()
-	for i := range reqs {
-		go e.run(b, first+i, reqs[i])
+	// A few goroutines drain the submitted requests rather than one per
+	// request: a batch of many small requests (a KV block scattered over
+	// per-layer regions) pays goroutine start-up and stack growth once per
+	// worker. Concurrency is still at most Config.Workers across batches.
+	rs := slices.Clone(reqs) // the caller may reuse reqs once Submit returns
+	var next atomic.Int64
+	for range min(len(rs), cap(e.sem)) {
+		go func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(rs) {
+					return
+				}
+				e.run(b, first+i, rs[i])
+			}
+		}()
 	}
 	return nil
 }
