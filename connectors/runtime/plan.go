@@ -31,6 +31,28 @@ type Plan struct {
 	// since the previous plan; workers drop their state and cancel their
 	// unfinished loads.
 	Finished []string
+	// Tag is handed, unchanged, to the Loader and Saver of every job this
+	// plan starts (JobOf); an adapter uses it to tie jobs to their engine
+	// step (layer-wise transfer). Not serialized.
+	Tag any `json:"-"`
+}
+
+// JobInfo describes the job a Loader or Saver call belongs to.
+type JobInfo struct {
+	ReqID string
+	// Async is set for an asynchronous load.
+	Async bool
+	// Tag is the starting Plan's Tag.
+	Tag any
+}
+
+type jobInfoKey struct{}
+
+// JobOf returns the job of a Loader or Saver call, from its context; ok
+// is false for a context no Worker made.
+func JobOf(ctx context.Context) (info JobInfo, ok bool) {
+	info, ok = ctx.Value(jobInfoKey{}).(JobInfo)
+	return info, ok
 }
 
 // LoadSpec loads Hashes[i]'s block into engine block BlockIDs[i].

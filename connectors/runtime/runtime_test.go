@@ -760,3 +760,66 @@ func TestUpdateAfterAlloc(t *testing.T) {
 		t.Fatalf("plan %+v after a declined offer", p)
 	}
 }
+
+// TestJobOf checks that every Loader and Saver call sees its job: request,
+// async flag and the Plan's Tag.
+func TestJobOf(t *testing.T) {
+	type seen struct {
+		load bool
+		info JobInfo
+	}
+	got := make(chan seen, 4)
+	w, err := NewWorker(WorkerConfig{
+		Namespace: testNS(0, 1),
+		Loader: loaderFunc(func(ctx context.Context, keys []string, blocks []int) []error {
+			info, ok := JobOf(ctx)
+			if !ok {
+				t.Error("Load: no job in the context")
+			}
+			got <- seen{true, info}
+			return make([]error, len(keys))
+		}),
+		Saver: saverFunc(func(ctx context.Context, keys []string, blocks []int) []error {
+			info, _ := JobOf(ctx)
+			got <- seen{false, info}
+			return make([]error, len(keys))
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	tag := &struct{ step int }{7}
+	if err := w.Start(Plan{
+		Loads: []LoadSpec{{ReqID: "a", Hashes: [][]byte{{1}}, BlockIDs: []int{1}, Async: true}},
+		Saves: []SaveSpec{{ReqID: "b", Hashes: [][]byte{{2}}, BlockIDs: []int{2}}},
+		Tag:   tag,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		s := <-got
+		want := JobInfo{ReqID: "b", Tag: tag}
+		if s.load {
+			want = JobInfo{ReqID: "a", Async: true, Tag: tag}
+		}
+		if s.info != want {
+			t.Errorf("load=%v: JobOf = %+v, want %+v", s.load, s.info, want)
+		}
+	}
+	if _, ok := JobOf(context.Background()); ok {
+		t.Error("JobOf of a plain context reports a job")
+	}
+}
+
+type loaderFunc func(ctx context.Context, keys []string, blocks []int) []error
+
+func (f loaderFunc) Load(ctx context.Context, keys []string, blocks []int) []error {
+	return f(ctx, keys, blocks)
+}
+
+type saverFunc func(ctx context.Context, keys []string, blocks []int) []error
+
+func (f saverFunc) Save(ctx context.Context, keys []string, blocks []int) []error {
+	return f(ctx, keys, blocks)
+}

@@ -184,10 +184,10 @@ func (w *Worker) Start(p Plan) error {
 	// timed-out wait) keep their own group.
 	w.loads, w.saves = newGroup(), newGroup()
 	for _, l := range p.Loads {
-		w.startLocked(l.ReqID, true, l.Async, l.Hashes, l.BlockIDs)
+		w.startLocked(l.ReqID, true, l.Async, l.Hashes, l.BlockIDs, p.Tag)
 	}
 	for _, s := range p.Saves {
-		w.startLocked(s.ReqID, false, false, s.Hashes, s.BlockIDs)
+		w.startLocked(s.ReqID, false, false, s.Hashes, s.BlockIDs, p.Tag)
 	}
 	for _, id := range p.Finished {
 		st := w.reqs[id]
@@ -204,7 +204,7 @@ func (w *Worker) Start(p Plan) error {
 }
 
 // startLocked launches one job.
-func (w *Worker) startLocked(req string, load, async bool, hashes [][]byte, blocks []int) {
+func (w *Worker) startLocked(req string, load, async bool, hashes [][]byte, blocks []int, tag any) {
 	st := w.reqs[req]
 	if st == nil {
 		st = &reqState{}
@@ -214,7 +214,7 @@ func (w *Worker) startLocked(req string, load, async bool, hashes [][]byte, bloc
 	if load {
 		timeout = w.cfg.LoadTimeout
 	}
-	ctx, cancel := context.WithTimeout(w.ctx, timeout)
+	ctx, cancel := context.WithTimeout(context.WithValue(w.ctx, jobInfoKey{}, JobInfo{ReqID: req, Async: async, Tag: tag}), timeout)
 	j := &job{req: req, load: load, async: async, blocks: slices.Clone(blocks), cancel: cancel, finished: make(chan struct{})}
 	var bad error
 	if len(hashes) != len(blocks) {
