@@ -138,6 +138,9 @@ func NewScheduler(ctx context.Context, s Settings, env map[string]string) (*Sche
 
 // newStoreScheduler wires the runtime to an Exister (tests pass a fake).
 func newStoreScheduler(s Settings, pool *poolclient.Pool, ex kvpool.Exister) (*Scheduler, error) {
+	if s.Layerwise {
+		ex = layerExister{inner: ex, layers: s.NumLayers}
+	}
 	rt, err := runtime.NewScheduler(runtime.SchedulerConfig{
 		Shards:        s.shards(),
 		Exister:       ex,

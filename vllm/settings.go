@@ -105,6 +105,9 @@ type Settings struct {
 	// Host is this process's IP as peers see it (vLLM's
 	// get_ip()); default 127.0.0.1.
 	Host string `json:"host"`
+	// NumLayers is the model's attention layer count on this PP stage;
+	// required with mc_layerwise.
+	NumLayers int `json:"num_layers"`
 	// Extra is kv_transfer_config.kv_connector_extra_config.
 	Extra json.RawMessage `json:"kv_connector_extra_config"`
 
@@ -119,6 +122,7 @@ type Settings struct {
 	BootstrapAddr   string        `json:"-"`
 	AbortTimeout    time.Duration `json:"-"`
 	SaveDecodeCache bool          `json:"-"`
+	Layerwise       bool          `json:"-"`
 }
 
 // extraKeys are the kv_connector_extra_config keys the connector reads
@@ -132,6 +136,7 @@ type extraKeys struct {
 	SaveTimeoutMS   *float64 `json:"mc_save_timeout_ms"`
 	BootstrapAddr   *string  `json:"bootstrap_server_address"`
 	SaveDecodeCache *bool    `json:"save_decode_cache"`
+	Layerwise       *bool    `json:"mc_layerwise"`
 }
 
 // Environment variables read, with upstream's names and defaults.
@@ -185,6 +190,9 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	}
 	if ex.SaveDecodeCache != nil {
 		s.SaveDecodeCache = *ex.SaveDecodeCache
+	}
+	if ex.Layerwise != nil {
+		s.Layerwise = *ex.Layerwise
 	}
 	for _, d := range []struct {
 		key string
@@ -240,6 +248,10 @@ func (s Settings) validate() error {
 		return bad("tp_rank %d of tp_size %d", s.TPRank, s.TPSize)
 	case s.PPSize < 1 || s.PPRank < 0 || s.PPRank >= s.PPSize:
 		return bad("pp_rank %d of pp_size %d", s.PPRank, s.PPSize)
+	case s.Layerwise && s.Mode != ModeStore:
+		return bad("kv_connector_extra_config.mc_layerwise is for mc_mode %q only", ModeStore)
+	case s.Layerwise && s.NumLayers <= 0:
+		return bad("num_layers %d: kv_connector_extra_config.mc_layerwise needs the model's layer count", s.NumLayers)
 	case s.Mode == ModePD && s.EngineID == "":
 		return bad("engine_id is empty (pd mode)")
 	case s.Mode == ModePD && s.PPSize > 1:

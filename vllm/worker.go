@@ -19,11 +19,15 @@ import (
 // one region (blocks-first layouts: FlashInfer, MLA) or two (the K and V
 // halves of FlashAttention's [2, num_blocks, ...] layout); the shim
 // derives them from strides. A block's pool value is the concatenation,
-// in region order, of its bytes in every region.
+// in region order, of its bytes in every region (layer-wise mode: one
+// value per layer, of that layer's regions).
 type Region struct {
 	Buf        []byte
 	BlockBytes uint64
 	NumBlocks  uint64
+	// Layer is the attention layer the region belongs to (0-based); only
+	// layer-wise mode reads it.
+	Layer int
 }
 
 // Stats are a worker's counters since the previous TakeStats.
@@ -88,6 +92,10 @@ type Worker struct {
 	// pending holds this step's saves and finished requests, started after
 	// the forward wrote the blocks (WaitForSave or GetFinished).
 	pending runtime.Plan
+	// byLayer lists, per layer, the indexes of its regions (layer-wise
+	// mode); gate is the current step's (layerwise.go).
+	byLayer [][]int
+	gate    *stepGate
 	// sendReq and recvReq map a P/D transfer id to its request id.
 	sendReq, recvReq map[string]string
 	closed           bool
@@ -160,6 +168,13 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 		return fmt.Errorf("%w: register_kv_caches called twice", ErrBadInput)
 	}
 	regions = slices.Clone(regions)
+	if w.s.Layerwise {
+		byLayer, err := groupLayers(regions, w.s.NumLayers)
+		if err != nil {
+			return err
+		}
+		w.byLayer = byLayer
+	}
 	switch w.s.Mode {
 	case ModeStore:
 		sp, err := spans(regions)
@@ -263,6 +278,9 @@ type loader struct{ w *Worker }
 // a block (a layout mismatch) fails that block.
 func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error {
 	w := l.w
+	if w.s.Layerwise {
+		return w.loadLayers(ctx, keys, blockIDs)
+	}
 	errs := make([]error, len(keys))
 	var idx []int
 	var ks []string
@@ -281,7 +299,7 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 		n, gerrs = w.pool.BatchGetIntoParts(ctx, ks, dsts)
 	}
 	want := w.blockBytes()
-	var ok, bytes uint64
+	var bytes uint64
 	for j, i := range idx {
 		switch {
 		case gerrs[j] != nil:
@@ -289,16 +307,67 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 		case n[j] != want:
 			errs[i] = fmt.Errorf("%w: key %q holds %d bytes, a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], want)
 		default:
-			ok++
 			bytes += uint64(want)
+		}
+	}
+	w.countLoads(errs, bytes)
+	return errs
+}
+
+// countLoads adds a load job's outcome to the stats.
+func (w *Worker) countLoads(errs []error, bytes uint64) {
+	var ok uint64
+	for _, err := range errs {
+		if err == nil {
+			ok++
 		}
 	}
 	w.mu.Lock()
 	w.stats.LoadedBlocks += ok
 	w.stats.LoadedBytes += bytes
-	w.stats.FailedBlocks += uint64(len(keys)) - ok
+	w.stats.FailedBlocks += uint64(len(errs)) - ok
 	w.mu.Unlock()
-	return errs
+}
+
+// countSaves adds a save job's outcome to the stats.
+func (w *Worker) countSaves(errs []error, bytes uint64) {
+	var ok uint64
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		}
+	}
+	w.mu.Lock()
+	w.stats.SavedBlocks += ok
+	w.stats.SavedBytes += bytes
+	w.stats.FailedBlocks += uint64(len(errs)) - ok
+	w.mu.Unlock()
+}
+
+// groupLayers returns the region indexes of every layer, checking that
+// layers are numbered 0..n-1 with at least one region each (and n equals
+// numLayers when that is set).
+func groupLayers(regions []Region, numLayers int) ([][]int, error) {
+	n := 0
+	for _, r := range regions {
+		if r.Layer < 0 {
+			return nil, fmt.Errorf("%w: region layer %d", ErrBadInput, r.Layer)
+		}
+		n = max(n, r.Layer+1)
+	}
+	if numLayers > 0 && n != numLayers {
+		return nil, fmt.Errorf("%w: regions cover %d layers, settings say num_layers %d", ErrBadInput, n, numLayers)
+	}
+	out := make([][]int, n)
+	for i, r := range regions {
+		out[r.Layer] = append(out[r.Layer], i)
+	}
+	for l, idx := range out {
+		if len(idx) == 0 {
+			return nil, fmt.Errorf("%w: layer %d has no KV cache region (layer-wise mode needs each layer's own storage)", ErrBadInput, l)
+		}
+	}
+	return out, nil
 }
 
 type saver struct{ w *Worker }
@@ -311,6 +380,9 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 	errs := make([]error, len(keys))
 	if w.s.UseMLA && w.s.TPRank != 0 {
 		return errs
+	}
+	if w.s.Layerwise {
+		return w.saveLayers(ctx, keys, blockIDs)
 	}
 	var idx []int
 	var ks []string
@@ -327,17 +399,13 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 	if len(ks) > 0 {
 		perrs = w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
 	}
-	var ok uint64
+	var bytes uint64
 	for j, i := range idx {
 		if errs[i] = perrs[j]; errs[i] == nil {
-			ok++
+			bytes += uint64(w.blockBytes())
 		}
 	}
-	w.mu.Lock()
-	w.stats.SavedBlocks += ok
-	w.stats.SavedBytes += ok * uint64(w.blockBytes())
-	w.stats.FailedBlocks += uint64(len(keys)) - ok
-	w.mu.Unlock()
+	w.countSaves(errs, bytes)
 	return errs
 }
 
@@ -366,8 +434,23 @@ func (w *Worker) StartLoad(ctx context.Context, data []byte) error {
 		return ErrNotRegistered
 	}
 	rt, prod, cons := w.rt, w.prod, w.cons
-	w.pending.Saves = append(w.pending.Saves, m.Plan.Saves...)
-	w.pending.Finished = append(w.pending.Finished, m.Plan.Finished...)
+	var gate *stepGate
+	if w.s.Layerwise && rt != nil {
+		nsync := 0
+		for _, l := range m.Plan.Loads {
+			if !l.Async {
+				nsync++
+			}
+		}
+		if w.gate != nil {
+			w.gate.openAll() // a step that never reached wait_for_save
+		}
+		gate = newStepGate(len(w.byLayer), nsync)
+		w.gate = gate
+	} else {
+		w.pending.Saves = append(w.pending.Saves, m.Plan.Saves...)
+		w.pending.Finished = append(w.pending.Finished, m.Plan.Finished...)
+	}
 	for _, s := range m.Sends {
 		w.sendReq[s.TransferID] = s.ReqID
 	}
@@ -385,10 +468,18 @@ func (w *Worker) StartLoad(ctx context.Context, data []byte) error {
 				return err
 			}
 		}
-		if err := rt.Start(runtime.Plan{Loads: m.Plan.Loads}); err != nil {
+		if gate != nil {
+			// Layer-wise: saves start now and wait for their layers; the
+			// forward waits per layer for the synchronous loads.
+			p := m.Plan
+			p.Tag = gate
+			if err := rt.Start(p); err != nil {
+				return err
+			}
+		} else if err := rt.Start(runtime.Plan{Loads: m.Plan.Loads}); err != nil {
 			return err
 		}
-		if slices.ContainsFunc(m.Plan.Loads, func(l runtime.LoadSpec) bool { return !l.Async }) {
+		if gate == nil && slices.ContainsFunc(m.Plan.Loads, func(l runtime.LoadSpec) bool { return !l.Async }) {
 			// Failures land in FailedBlocks; the forward recomputes them.
 			_ = rt.WaitForLoad(ctx)
 		}
@@ -430,6 +521,9 @@ func (w *Worker) WaitForSave() error {
 	p := w.pending
 	w.pending = runtime.Plan{}
 	rt := w.rt
+	if w.gate != nil {
+		w.gate.openAll() // layer-wise: every layer was written
+	}
 	w.mu.Unlock()
 	if rt == nil || len(p.Saves)+len(p.Finished) == 0 {
 		return nil

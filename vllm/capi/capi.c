@@ -58,6 +58,12 @@ int mc_vllm_start_load(mc_vllm_connector_t* c, const void* meta, size_t len) {
   return mcgo_vllm_start_load(handle_of(c), (uintptr_t)meta, len);
 }
 
+int mc_vllm_save_layer(mc_vllm_connector_t* c, int32_t layer) { return mcgo_vllm_save_layer(handle_of(c), layer); }
+
+int mc_vllm_wait_layer_load(mc_vllm_connector_t* c, int32_t layer) {
+  return mcgo_vllm_wait_layer_load(handle_of(c), layer);
+}
+
 int mc_vllm_handle_preemptions(mc_vllm_connector_t* c, const char* ids_json) {
   return mcgo_vllm_handle_preemptions(handle_of(c), (char*)ids_json);
 }

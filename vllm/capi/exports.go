@@ -301,7 +301,7 @@ func mcgo_vllm_register_kv_caches(h C.uint64_t, regions *C.mc_vllm_region_t, n C
 		if err != nil {
 			return fail(fn, err)
 		}
-		out[i] = vllm.Region{Buf: buf, BlockBytes: uint64(r.block_bytes), NumBlocks: uint64(r.num_blocks)}
+		out[i] = vllm.Region{Buf: buf, BlockBytes: uint64(r.block_bytes), NumBlocks: uint64(r.num_blocks), Layer: int(r.layer)}
 	}
 	return done(fn, c.worker.RegisterKVCaches(context.Background(), out))
 }
@@ -323,6 +323,29 @@ func mcgo_vllm_start_load(h C.uint64_t, meta C.uintptr_t, n C.size_t) (rc int32)
 		data = append([]byte(nil), b...) // not kept past the call
 	}
 	return done(fn, c.worker.StartLoad(context.Background(), data))
+}
+
+//export mcgo_vllm_save_layer
+func mcgo_vllm_save_layer(h C.uint64_t, layer C.int32_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_save_layer"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	c.worker.SaveLayer(int(layer))
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_wait_layer_load
+func mcgo_vllm_wait_layer_load(h C.uint64_t, layer C.int32_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_wait_layer_load"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	return done(fn, c.worker.WaitLayerLoad(context.Background(), int(layer)))
 }
 
 //export mcgo_vllm_handle_preemptions

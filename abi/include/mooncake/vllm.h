@@ -64,7 +64,7 @@ typedef struct mc_vllm_region {
   uint64_t block_bytes;  /* > 0 */
   uint64_t num_blocks;   /* > 0, the same for every region */
   int32_t device_id;     /* -1: host memory (CUDA ordinals: MC_ERR_UNSUPPORTED for now) */
-  uint32_t reserved;     /* 0 */
+  uint32_t layer;        /* the attention layer (0-based) the region belongs to; read in layer-wise mode */
 } mc_vllm_region_t;
 
 /* Counters since the previous mc_vllm_take_stats (get_kv_connector_stats). */
@@ -83,8 +83,8 @@ uint32_t mc_vllm_abi_version(void);
  * mc_vllm_create starts a connector of role (MC_VLLM_ROLE_*). settings_json
  * is a vllm.Settings object: kv_role, engine_id, model, kv_dtype, layout,
  * block_size (tokens), tp_rank, tp_size, pp_rank, pp_size, use_mla, host,
- * and kv_connector_extra_config (mc_mode "store" or "pd", load_async,
- * cache_prefix, ...). Store mode reads the pool settings from the file
+ * num_layers, and kv_connector_extra_config (mc_mode "store" or "pd",
+ * load_async, mc_layerwise, cache_prefix, ...). Store mode reads the pool settings from the file
  * named by MOONCAKE_CONFIG_PATH, else from the extra config. A scheduler
  * connects to the master at once; a worker opens its pool client at
  * mc_vllm_register_kv_caches. Errors: MC_VLLM_ERR_BAD_CONFIG, the pool's.
@@ -146,6 +146,16 @@ int mc_vllm_register_kv_caches(mc_vllm_connector_t* c, const mc_vllm_region_t* r
  * ones have landed, or are reported failed, when it returns) and P/D
  * sends and receives. meta may be NULL with len 0 (no work). */
 int mc_vllm_start_load(mc_vllm_connector_t* c, const void* meta, size_t len);
+
+/* Layer-wise mode (kv_connector_extra_config "mc_layerwise": true; both
+ * are no-ops otherwise). mc_vllm_save_layer is save_kv_layer: the forward
+ * wrote layer `layer` of this step's blocks, whose saves may now put it.
+ * mc_vllm_wait_layer_load is wait_for_layer_load: it returns once every
+ * synchronous load of this step has that layer in place or failed (failed
+ * blocks come back from mc_vllm_get_finished), bounded by the load
+ * timeout. */
+int mc_vllm_save_layer(mc_vllm_connector_t* c, int32_t layer);
+int mc_vllm_wait_layer_load(mc_vllm_connector_t* c, int32_t layer);
 
 /* mc_vllm_handle_preemptions fences preempted requests (a JSON array of
  * request ids) before vLLM reuses their blocks (handle_preemptions): their

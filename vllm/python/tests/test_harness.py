@@ -26,7 +26,9 @@ def vllm_config(pool, role="kv_both", tp=1, rank=0, model="tiny-llama", use_mla=
     ex.update(extra)
     return types.SimpleNamespace(
         kv_transfer_config=types.SimpleNamespace(kv_role=role, engine_id=f"engine-{model}", kv_connector_extra_config=ex),
-        model_config=types.SimpleNamespace(model=f"/models/{model}", dtype="float16", use_mla=use_mla),
+        model_config=types.SimpleNamespace(
+            model=f"/models/{model}", dtype="float16", use_mla=use_mla, hf_config=types.SimpleNamespace(num_hidden_layers=LAYERS)
+        ),
         cache_config=types.SimpleNamespace(block_size=BS, cache_dtype="auto"),
         parallel_config=types.SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1, rank=rank),
     )
@@ -80,13 +82,17 @@ def allocs(engine):
     return {e[1]: (e[2], e[3]) for e in engine.log if e[0] == "alloc"}
 
 
-@pytest.mark.parametrize("kind,tp", [("flash_attn", 2), ("flashinfer", 1), ("mla", 2)])
-def test_save_then_load_in_another_instance(instances, kind, tp):
+@pytest.mark.parametrize(
+    "kind,tp,layerwise", [("flash_attn", 2, False), ("flashinfer", 1, False), ("mla", 2, False), ("flash_attn", 2, True)]
+)
+def test_save_then_load_in_another_instance(instances, kind, tp, layerwise):
     """Instance A computes and saves (chunked prefill, several requests);
     instance B gets a full-prompt hit, a hit ending mid-block, a partial
-    prefix hit and a miss, and every loaded token holds A's KV."""
-    model = f"m-{kind}-{tp}"
-    a = instances(kind, tp=tp, model=model)
+    prefix hit and a miss, and every loaded token holds A's KV. Layer-wise
+    mode saves each layer as the forward writes it."""
+    model = f"m-{kind}-{tp}-{layerwise}"
+    kw = {"mc_layerwise": True} if layerwise else {}
+    a = instances(kind, tp=tp, model=model, **kw)
     p1, p2, p3 = prompt(1, 80), prompt(2, 40), prompt(3, 30)
     for rid, p in (("a1", p1), ("a2", p2), ("a3", p1[:48] + prompt(4, 20))):
         a.engine.add(sim.Request(rid, p, 2, BS))
@@ -95,7 +101,7 @@ def test_save_then_load_in_another_instance(instances, kind, tp):
     assert st["saved_blocks"] >= 5 + 2 + 1, st  # a1: 5 blocks, a2: 2 full, a3: 1 new full block beyond the shared 3
     assert st["failed_blocks"] == 0, st
 
-    b = instances(kind, tp=tp, model=model)
+    b = instances(kind, tp=tp, model=model, **kw)
     b.engine.add(sim.Request("b-full", p1, 2, BS))  # every block in the pool
     b.engine.add(sim.Request("b-mid", p2 + prompt(5, 9), 2, BS))  # the hit ends inside block 2 of a 49-token prompt... at 32
     b.engine.add(sim.Request("b-prefix", p1[:48] + prompt(6, 25), 2, BS))  # 3 shared blocks
@@ -114,14 +120,27 @@ def test_save_then_load_in_another_instance(instances, kind, tp):
     assert per_rank >= 1
 
 
-def test_sync_load_leaves_a_token(instances):
+@pytest.mark.parametrize("layerwise", [False, True])
+def test_sync_load_leaves_a_token(instances, pool, layerwise):
     """load_async false: the load completes inside the step and never
-    claims the last token of a fully cached prompt."""
-    a = instances("flashinfer", model="m-sync")
+    claims the last token of a fully cached prompt. Layer-wise: one object
+    per block and layer, and the forward waits for each layer only
+    (wait_for_layer_load)."""
+    from mooncake_go import Store
+
+    kw = {"mc_layerwise": True} if layerwise else {}
+    a = instances("flashinfer", model=f"m-sync-{layerwise}", **kw)
     p = prompt(10, 64)
-    a.engine.add(sim.Request("s1", p, 1, BS))
+    req = sim.Request("s1", p, 1, BS)
+    a.engine.add(req)
     a.engine.run()
-    b = instances("flashinfer", model="m-sync", load_async=False)
+    key = f"mc/v1/m-sync-{layerwise}/float16/vllm-nhd/tp0of1/pp0of1/bt{BS}/" + req.block_hashes[3].hex()
+    with Store() as s:
+        s.setup("127.0.0.1", pool.url, 0, 1 << 20, "tcp", "", pool.rpc)
+        assert s.is_exist(key) is (not layerwise)
+        for layer in range(LAYERS):
+            assert s.is_exist(f"{key}/l{layer}") is layerwise
+    b = instances("flashinfer", model=f"m-sync-{layerwise}", load_async=False, **kw)
     b.engine.add(sim.Request("s2", p, 3, BS))
     b.engine.run()
     assert allocs(b.engine)["s2"] == (48, False)

@@ -135,11 +135,12 @@ class Worker:
         self.caches = {f"model.layers.{i}.self_attn.attn": layout.new_tensor() for i in range(layers)}
         conn.register_kv_caches(self.caches)
 
-    def write(self, req, pos, block):
+    def write(self, req, pos, block, layer):
+        """The forward's K/V of token pos in one layer."""
         ph = token_prefix_hashes(req.all_token_ids[: pos + 1])[-1]
-        for li, t in enumerate(self.caches.values()):
-            for view, val in zip(self.layout.views(t, block, pos % self.layout.bs), self.layout.slot_values(ph, li, self.rank)):
-                view[...] = val
+        t = list(self.caches.values())[layer]
+        for view, val in zip(self.layout.views(t, block, pos % self.layout.bs), self.layout.slot_values(ph, layer, self.rank)):
+            view[...] = val
 
     def check(self, req, pos, block):
         """Whether the slot of token pos in block holds this engine's KV."""
@@ -329,14 +330,14 @@ class Engine:
             c.bind_connector_metadata(meta)
             c.start_load_kv(None)
             if num_sched:
-                for name in w.caches:
+                # the forward, layer by layer as vLLM's attention layers run:
+                # wait for the layer's KV, write this step's K/V, offer it to save
+                for layer, (name, t) in enumerate(w.caches.items()):
                     c.wait_for_layer_load(name)
-                # the forward: K/V of every scheduled token
-                for rid, n in num_sched.items():
-                    req = self._req(rid)
-                    for pos in range(req.num_computed_tokens, req.num_computed_tokens + n):
-                        w.write(req, pos, self.blocks[rid][pos // self.layout.bs])
-                for name, t in w.caches.items():
+                    for rid, n in num_sched.items():
+                        req = self._req(rid)
+                        for pos in range(req.num_computed_tokens, req.num_computed_tokens + n):
+                            w.write(req, pos, self.blocks[rid][pos // self.layout.bs], layer)
                     c.save_kv_layer(name, t, None)
                 c.wait_for_save()
             s, r = c.get_finished(finished)

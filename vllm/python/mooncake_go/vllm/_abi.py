@@ -18,7 +18,7 @@ class Region(ctypes.Structure):
         ("block_bytes", ctypes.c_uint64),
         ("num_blocks", ctypes.c_uint64),
         ("device_id", ctypes.c_int32),
-        ("reserved", ctypes.c_uint32),
+        ("layer", ctypes.c_uint32),
     ]
 
 
@@ -51,6 +51,8 @@ _PROTOS = {
     "mc_vllm_register_kv_caches": (ctypes.c_int, [_H, ctypes.POINTER(Region), ctypes.c_size_t]),
     "mc_vllm_start_load": (ctypes.c_int, [_H, ctypes.c_char_p, ctypes.c_size_t]),
     "mc_vllm_handle_preemptions": (ctypes.c_int, [_H, _S]),
+    "mc_vllm_save_layer": (ctypes.c_int, [_H, ctypes.c_int32]),
+    "mc_vllm_wait_layer_load": (ctypes.c_int, [_H, ctypes.c_int32]),
     "mc_vllm_wait_for_save": (ctypes.c_int, [_H]),
     "mc_vllm_get_finished": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_take_stats": (ctypes.c_int, [_H, ctypes.POINTER(Stats)]),
@@ -141,11 +143,18 @@ class Connector:
 
     # Worker side.
     def register_kv_caches(self, regions):
-        arr = (Region * len(regions))(*[Region(base, bb, nb, -1, 0) for base, bb, nb in regions])
+        """regions: (base, block_bytes, num_blocks, layer) tuples."""
+        arr = (Region * len(regions))(*[Region(base, bb, nb, -1, layer) for base, bb, nb, layer in regions])
         self._check(self._lib.mc_vllm_register_kv_caches(self._h, arr, len(regions)))
 
     def start_load(self, meta):
         self._check(self._lib.mc_vllm_start_load(self._h, meta or None, len(meta or b"")))
+
+    def save_layer(self, layer):
+        self._check(self._lib.mc_vllm_save_layer(self._h, layer))
+
+    def wait_layer_load(self, layer):
+        self._check(self._lib.mc_vllm_wait_layer_load(self._h, layer))
 
     def handle_preemptions(self, ids):
         self._check(self._lib.mc_vllm_handle_preemptions(self._h, self._json(list(ids))))

@@ -133,6 +133,16 @@ def _kv_dtype(vllm_config):
     return str(d).replace("torch.", "")
 
 
+def _num_layers(vllm_config, extra):
+    if extra.get("mc_num_layers"):
+        return int(extra["mc_num_layers"])
+    mc = getattr(vllm_config, "model_config", None)
+    try:
+        return int(mc.get_num_layers(vllm_config.parallel_config))
+    except Exception:
+        return int(_get(mc, "hf_config.num_hidden_layers", 0) or 0)
+
+
 def settings_from(vllm_config, role):
     """The vllm.Settings JSON object for this process (see vllm.h)."""
     ktc = vllm_config.kv_transfer_config
@@ -152,6 +162,7 @@ def settings_from(vllm_config, role):
         "pp_size": int(_get(vllm_config, "parallel_config.pipeline_parallel_size", 1) or 1),
         "use_mla": use_mla,
         "host": _host(),
+        "num_layers": _num_layers(vllm_config, extra),
         "kv_connector_extra_config": extra,
     }
 
@@ -177,14 +188,14 @@ def _tensor_info(t):
 
 
 def regions_of(kv_caches, num_blocks=None):
-    """The (base, block_bytes, num_blocks) regions of vLLM's per-layer KV
+    """The (base, block_bytes, num_blocks, layer) regions of vLLM's per-layer KV
     cache tensors, derived from strides as upstream's store connector: one
     region for a blocks-first tensor, one per slice of any outer dimension
     whose stride exceeds a block's bytes (the K and V halves of
     FlashAttention's [2, num_blocks, ...] layout). Tensors sharing storage
     are taken once, in layer order."""
     regions, seen = [], set()
-    for name, t in kv_caches.items():
+    for layer, (name, t) in enumerate(kv_caches.items()):
         ptr, shape, strides, nbytes, device = _tensor_info(t)
         if not device.startswith("cpu"):
             raise _abi.MooncakeError(f"layer {name}: KV cache on {device}: unsupported: device KV caches (host only for now)")
@@ -197,14 +208,14 @@ def regions_of(kv_caches, num_blocks=None):
         page = nbytes // nb
         outer = [(d, s) for d, s in zip(shape, strides) if s > page and d > 1]
         if not outer:
-            regions.append((ptr, page, nb))
+            regions.append((ptr, page, nb, layer))
             continue
         count = 1
         for d, _ in outer:
             count *= d
         seg_stride = outer[-1][1]
         for i in range(count):
-            regions.append((ptr + i * seg_stride, seg_stride // nb, nb))
+            regions.append((ptr + i * seg_stride, seg_stride // nb, nb, layer))
     return regions
 
 
@@ -217,6 +228,8 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._kv_cache_config = kv_cache_config
         self._settings = settings_from(vllm_config, role)
         self._mode = self._settings["kv_connector_extra_config"].get("mc_mode", "store")
+        self._layerwise = bool(self._settings["kv_connector_extra_config"].get("mc_layerwise", False))
+        self._layer_index = {}
         self._c = _abi.Connector(self._settings, int(role))
         self._is_worker = role == KVConnectorRole.WORKER
         self._lock = threading.Lock()
@@ -338,6 +351,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
 
     def register_kv_caches(self, kv_caches):
         nb = getattr(self._kv_cache_config, "num_blocks", None)
+        self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         self._c.register_kv_caches(regions_of(kv_caches, nb))
 
     def handle_preemptions(self, arg):
@@ -368,10 +382,25 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             logger.error("mooncake_go: start_load_kv: %s", e)
 
     def wait_for_layer_load(self, layer_name):
-        return None  # whole blocks land before start_load_kv returns (sync) or across steps (async)
+        """Layer-wise mode: waits for this layer of the step's synchronous
+        loads. Otherwise whole blocks landed before start_load_kv returned
+        (sync) or land across steps (async)."""
+        if not self._layerwise:
+            return None
+        try:
+            self._c.wait_layer_load(self._layer_index.get(layer_name, -1))
+        except _abi.MooncakeError as e:  # its blocks are reported failed
+            logger.warning("mooncake_go: wait_for_layer_load(%s): %s", layer_name, e)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        return None  # whole blocks are saved after the forward (wait_for_save)
+        """Layer-wise mode: this layer's blocks of the step may be saved now.
+        Otherwise whole blocks are saved after the forward (wait_for_save)."""
+        if not self._layerwise:
+            return None
+        try:
+            self._c.save_layer(self._layer_index.get(layer_name, -1))
+        except _abi.MooncakeError as e:
+            logger.error("mooncake_go: save_kv_layer(%s): %s", layer_name, e)
 
     def wait_for_save(self):
         try:

@@ -1,0 +1,298 @@
+package vllm
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/mooncake-go/mooncake/connectors/runtime"
+	"github.com/mooncake-go/mooncake/core/kvpool"
+)
+
+// Layer-wise mode (kv_connector_extra_config "mc_layerwise": true, store
+// mode). Each block is stored as one object per layer, key
+// "<block key>/l<layer>" (kvpool.Namespace.LayerKey), so that
+//
+//   - saves of a step start when the step begins and put layer l as soon
+//     as the forward has written it (save_kv_layer, Worker.SaveLayer),
+//     overlapping the transfer with the computation of later layers;
+//   - synchronous loads fetch layer by layer and the forward waits only
+//     for the layer it is about to read (wait_for_layer_load,
+//     Worker.WaitLayerLoad), overlapping loads of later layers with the
+//     attention of earlier ones.
+//
+// A block counts as a hit when its first and last layers are in the pool
+// (on every shard); a missing middle layer fails the block's load, which
+// is reported like any failed load. Instances only share blocks when they
+// agree on mc_layerwise.
+
+// layerKey is key's object for layer l (kvpool.Namespace.LayerKey).
+func layerKey(key string, l int) string { return key + "/l" + strconv.Itoa(l) }
+
+// stepGate orders one engine step's layer-wise jobs against its forward:
+// save layer l waits until the forward wrote it, and the forward's read
+// of layer l waits until every synchronous load of the step has it.
+type stepGate struct {
+	saveOpen []chan struct{} // closed when layer l may be saved
+	mu       sync.Mutex
+	opened   []bool
+	loadLeft []int           // synchronous jobs still to finish layer l
+	loadDone []chan struct{} // closed when loadLeft[l] drops to 0
+}
+
+func newStepGate(layers, syncJobs int) *stepGate {
+	g := &stepGate{
+		saveOpen: make([]chan struct{}, layers), opened: make([]bool, layers),
+		loadLeft: make([]int, layers), loadDone: make([]chan struct{}, layers),
+	}
+	for l := range layers {
+		g.saveOpen[l] = make(chan struct{})
+		g.loadDone[l] = make(chan struct{})
+		g.loadLeft[l] = syncJobs
+		if syncJobs == 0 {
+			close(g.loadDone[l])
+		}
+	}
+	return g
+}
+
+// openSave lets layer l's saves run (save_kv_layer); out of range is a no-op.
+func (g *stepGate) openSave(l int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l >= 0 && l < len(g.opened) && !g.opened[l] {
+		g.opened[l] = true
+		close(g.saveOpen[l])
+	}
+}
+
+// openAll opens every layer (the forward is over, or there was none).
+func (g *stepGate) openAll() {
+	for l := range g.saveOpen {
+		g.openSave(l)
+	}
+}
+
+func (g *stepGate) waitSave(ctx context.Context, l int) error {
+	select {
+	case <-g.saveOpen[l]:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("vllm: layer %d of this step was never written: %w", l, context.Cause(ctx))
+	}
+}
+
+// loaded records that one synchronous job finished layer l (landed or not).
+func (g *stepGate) loaded(l int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.loadLeft[l] > 0 {
+		g.loadLeft[l]--
+		if g.loadLeft[l] == 0 {
+			close(g.loadDone[l])
+		}
+	}
+}
+
+func (g *stepGate) waitLoad(ctx context.Context, l int) error {
+	select {
+	case <-g.loadDone[l]:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// layerExister answers lookups for layer-wise objects: a block is present
+// when its first and last layers are.
+type layerExister struct {
+	inner  kvpool.Exister
+	layers int
+}
+
+func (e layerExister) BatchIsExist(ctx context.Context, keys []string) ([]bool, error) {
+	probe := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		probe = append(probe, layerKey(k, 0), layerKey(k, e.layers-1))
+	}
+	found, err := e.inner.BatchIsExist(ctx, probe)
+	if err != nil {
+		return nil, err
+	}
+	if len(found) != len(probe) {
+		return nil, fmt.Errorf("vllm: existence check of %d keys answered %d", len(probe), len(found))
+	}
+	out := make([]bool, len(keys))
+	for i := range keys {
+		out[i] = found[2*i] && found[2*i+1]
+	}
+	return out, nil
+}
+
+// gateOf is the step gate a layer-wise job belongs to (nil outside
+// layer-wise mode).
+func gateOf(ctx context.Context) (*stepGate, runtime.JobInfo) {
+	info, _ := runtime.JobOf(ctx)
+	g, _ := info.Tag.(*stepGate)
+	return g, info
+}
+
+// layerParts returns block b's bytes in the regions of layer l.
+func (w *Worker) layerParts(b, l int) ([][]byte, error) {
+	if b <= 0 || uint64(b) >= w.regions[0].NumBlocks {
+		return nil, fmt.Errorf("%w: block id %d outside [1, %d)", ErrBadInput, b, w.regions[0].NumBlocks)
+	}
+	idx := w.byLayer[l]
+	parts := make([][]byte, len(idx))
+	for i, ri := range idx {
+		r := w.regions[ri]
+		off := uint64(b) * r.BlockBytes
+		parts[i] = r.Buf[off : off+r.BlockBytes : off+r.BlockBytes]
+	}
+	return parts, nil
+}
+
+func (w *Worker) layerBytes(l int) int {
+	n := 0
+	for _, ri := range w.byLayer[l] {
+		n += int(w.regions[ri].BlockBytes)
+	}
+	return n
+}
+
+// loadLayers is Load in layer-wise mode: layer by layer, each layer of
+// every block in one batch; a synchronous job reports each layer to its
+// step gate as it completes (also when it fails or gives up, so the
+// forward never waits for a layer that will not come).
+func (w *Worker) loadLayers(ctx context.Context, keys []string, blockIDs []int) []error {
+	g, info := gateOf(ctx)
+	next := 0
+	if g != nil && !info.Async {
+		defer func() {
+			for ; next < len(w.byLayer); next++ {
+				g.loaded(next)
+			}
+		}()
+	}
+	errs := make([]error, len(keys))
+	var okBytes uint64
+	for l := range w.byLayer {
+		var idx []int
+		var ks []string
+		var dsts [][][]byte
+		for i, b := range blockIDs {
+			if errs[i] != nil {
+				continue
+			}
+			parts, err := w.layerParts(b, l)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			idx, ks, dsts = append(idx, i), append(ks, layerKey(keys[i], l)), append(dsts, parts)
+		}
+		if len(ks) > 0 {
+			n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
+			want := w.layerBytes(l)
+			for j, i := range idx {
+				switch {
+				case gerrs[j] != nil:
+					errs[i] = gerrs[j]
+				case n[j] != want:
+					errs[i] = fmt.Errorf("%w: key %q holds %d bytes, layer %d of a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], l, want)
+				default:
+					okBytes += uint64(want)
+				}
+			}
+		}
+		if g != nil && !info.Async {
+			g.loaded(l)
+			next = l + 1
+		}
+	}
+	w.countLoads(errs, okBytes)
+	return errs
+}
+
+// saveLayers is Save in layer-wise mode: layer l of every block is put
+// once the step's forward wrote it.
+func (w *Worker) saveLayers(ctx context.Context, keys []string, blockIDs []int) []error {
+	g, _ := gateOf(ctx)
+	errs := make([]error, len(keys))
+	var okBytes uint64
+	for l := range w.byLayer {
+		if g != nil {
+			if err := g.waitSave(ctx, l); err != nil {
+				for i := range errs {
+					if errs[i] == nil {
+						errs[i] = err
+					}
+				}
+				break
+			}
+		}
+		var idx []int
+		var ks []string
+		var srcs [][][]byte
+		for i, b := range blockIDs {
+			if errs[i] != nil {
+				continue
+			}
+			parts, err := w.layerParts(b, l)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			idx, ks, srcs = append(idx, i), append(ks, layerKey(keys[i], l)), append(srcs, parts)
+		}
+		if len(ks) == 0 {
+			continue
+		}
+		perrs := w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
+		for j, i := range idx {
+			if perrs[j] != nil {
+				errs[i] = perrs[j]
+			} else {
+				okBytes += uint64(w.layerBytes(l))
+			}
+		}
+	}
+	w.countSaves(errs, okBytes)
+	return errs
+}
+
+// SaveLayer is save_kv_layer in layer-wise mode: the forward wrote layer
+// l of this step's blocks, so their saves of that layer may run. A no-op
+// otherwise.
+func (w *Worker) SaveLayer(l int) {
+	w.mu.Lock()
+	g := w.gate
+	w.mu.Unlock()
+	if g != nil {
+		g.openSave(l)
+	}
+}
+
+// WaitLayerLoad is wait_for_layer_load in layer-wise mode: it returns once
+// every synchronous load of this step has layer l in place (or failed),
+// bounded by ctx and the load timeout; past that, the loads still running
+// are cancelled and their blocks reported failed (the engine recomputes
+// them). A no-op otherwise.
+func (w *Worker) WaitLayerLoad(ctx context.Context, l int) error {
+	w.mu.Lock()
+	g, rt := w.gate, w.rt
+	w.mu.Unlock()
+	if g == nil || l < 0 || l >= len(g.loadDone) {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, w.s.LoadTimeout)
+	defer cancel()
+	if err := g.waitLoad(wctx, l); err != nil {
+		done, stop := context.WithCancel(ctx)
+		stop()
+		_ = rt.WaitForLoad(done) // reports the unfinished loads' blocks failed now
+		return fmt.Errorf("vllm: layer %d not loaded: %w", l, err)
+	}
+	return nil
+}
