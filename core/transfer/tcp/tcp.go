@@ -22,24 +22,42 @@
 // ranges never take this path.
 //
 // A request is cut into slices (SliceSize, default 64 KiB as upstream) that
-// are striped over up to Stripe connections of a per-peer pool (opened
-// lazily, at most MaxConnsPerPeer open, idle ones closed after IdleTimeout);
-// each connection keeps up to Window slices in flight, so acknowledgements
-// do not stall the stream. A slice whose connection fails is resent on a
-// fresh connection, up to RetryCount attempts (upstream retries 9 times);
-// then the request fails with the cause. Slices are idempotent (same bytes,
-// same address). A request never returns while one of its slices can still
-// touch the caller's buffer.
+// are dealt over up to Stripe connections of a per-peer pool (opened
+// lazily, at most MaxConnsPerPeer open, idle ones closed after IdleTimeout).
+// Connections are multiplexed: one carries slices of any number of
+// requests, up to Window of them in flight, and a request takes, in the
+// order they were opened, connections with fewer than Window slices
+// assigned, so concurrent small requests share a few connections. Each
+// connection has a writer goroutine, which sends every queued frame the
+// window allows in one vectored write, and a reader goroutine, which
+// completes slices as status frames arrive. This needs no protocol
+// extension: the server answers a connection's requests in order (ours
+// and upstream's both serve one request after another), so the k-th
+// status frame belongs to the k-th request sent, and a status frame with
+// nothing in flight is a protocol error that drops the connection. On the
+// server, headers are read through a small buffer, payloads with readv
+// straight into registered memory (with the next header in the same
+// call), and acknowledgements are batched: sent when the socket has
+// nothing more to read, or once they cover 256 KiB.
+//
+// A slice whose connection fails is resent on another connection, up to
+// RetryCount attempts (upstream retries 9 times); then the request fails
+// with the cause. An attempt is a slice that was sent, or queued on a
+// connection that never answered at all; slices queued behind the window
+// of a connection that worked are resent for free. Slices are idempotent
+// (same bytes, same address). A refused slice fails its request only; the
+// connection stays in use. A request whose context ends closes the
+// connections holding its slices (only that guarantees nothing touches its
+// buffer any more); other requests' slices on them are resent. A request
+// never returns while one of its slices can still touch the caller's
+// buffer.
 //
 // Concurrency: a Transport and its peers are safe for concurrent use; a
-// connection belongs to one request at a time.
+// peer's connections are shared by all its requests.
 package tcp
 
 import (
-	"bufio"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"net"
 	"time"
 
@@ -48,14 +66,12 @@ import (
 )
 
 const (
-	// serverReadBuffer is the per-connection read buffer of the server.
-	serverReadBuffer = 256 << 10
-	headerLen        = 24
-	statusLen        = 8
-	protoV2          = 0x80
-	statusMagic      = uint64(0x4D435456) << 32
-	statusOK         = 0
-	statusRej        = 1
+	headerLen   = 24
+	statusLen   = 8
+	protoV2     = 0x80
+	statusMagic = uint64(0x4D435456) << 32
+	statusOK    = 0
+	statusRej   = 1
 )
 
 // deviceChunk caps a connection's bounce buffer for device memory.
@@ -72,7 +88,10 @@ type Config struct {
 	Host string
 	// MaxConnsPerPeer caps open connections to one peer; default 16.
 	MaxConnsPerPeer int
-	// MaxIdlePerPeer caps idle pooled connections kept per peer; default 8.
+	// MaxIdlePerPeer caps connections kept open per peer while carrying
+	// nothing; the others are closed when the next request picks
+	// connections. Default MaxConnsPerPeer (a lower cap closes and redials
+	// connections between bursts).
 	MaxIdlePerPeer int
 	// IdleTimeout closes a pooled connection unused for this long; default 30 s.
 	IdleTimeout time.Duration
@@ -84,7 +103,9 @@ type Config struct {
 	// default 2.
 	Stripe int
 	// Window is how many slices one connection has in flight (sent, not yet
-	// acknowledged); default 8.
+	// acknowledged, of any requests); default 8, at most 256. A request
+	// prefers connections with fewer than Window slices assigned and opens
+	// a new one when none has room.
 	Window int
 	// RetryCount is the attempts per slice before the request fails;
 	// default 9 (upstream MC_RETRY_CNT). Each retry uses a fresh connection.
@@ -109,7 +130,7 @@ func New(cfg Config) *Transport {
 		cfg.MaxConnsPerPeer = 16
 	}
 	if cfg.MaxIdlePerPeer <= 0 {
-		cfg.MaxIdlePerPeer = 8
+		cfg.MaxIdlePerPeer = cfg.MaxConnsPerPeer
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 30 * time.Second
@@ -161,173 +182,7 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	rpc.IPOrHostName = host
 }
 
-// serve handles requests on one connection until EOF or an error. Reads go
-// through a buffer, so several small frames (and the head of a payload)
-// cost one system call; acknowledgements are buffered and flushed whenever
-// no further request bytes are already buffered (the peer may be waiting
-// for them), and always before a READ response.
-func serve(c net.Conn, target transfer.Target) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		tc.SetNoDelay(true)
-	}
-	br := bufio.NewReaderSize(c, serverReadBuffer)
-	bw := bufio.NewWriterSize(c, 512)
-	dt, _ := target.(transfer.DeviceTarget)
-	var bounce []byte // device memory staging, allocated on first use
-	var hdr [headerLen]byte
-	var st [statusLen]byte
-	var resp [2][]byte // status frame + READ payload, one vectored write
-	ack := func(code uint64) error {
-		binary.LittleEndian.PutUint64(st[:], statusMagic|code)
-		if _, err := bw.Write(st[:]); err != nil {
-			return err
-		}
-		if br.Buffered() == 0 {
-			return bw.Flush()
-		}
-		return nil
-	}
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return
-		}
-		size := binary.LittleEndian.Uint64(hdr[0:])
-		addr := binary.LittleEndian.Uint64(hdr[8:])
-		op := hdr[16]
-		v2 := op&protoV2 != 0
-		op &^= protoV2
-		buf, rerr := target.Resolve(addr, size)
-		if rerr != nil && dt != nil {
-			if dr, err := dt.ResolveDevice(addr, size); err == nil {
-				if !serveDevice(c, br, bw, ack, &bounce, dr, transfer.Opcode(op), v2) {
-					return
-				}
-				continue
-			}
-		}
-		switch transfer.Opcode(op) {
-		case transfer.Write:
-			if rerr != nil {
-				// Drain the payload so nothing lands, then refuse.
-				if _, err := io.CopyN(io.Discard, br, int64(size)); err != nil || !v2 {
-					return
-				}
-				if ack(statusRej) != nil {
-					return
-				}
-				continue
-			}
-			if readPayload(br, c, buf) != nil {
-				return
-			}
-			if v2 && ack(statusOK) != nil {
-				return
-			}
-			if !v2 && br.Buffered() == 0 && bw.Flush() != nil {
-				return
-			}
-		case transfer.Read:
-			if rerr != nil {
-				if v2 && ack(statusRej) == nil {
-					continue
-				}
-				return // v1 has no way to refuse a read: drop the connection
-			}
-			if bw.Buffered() > 0 && bw.Flush() != nil { // earlier acks go first
-				return
-			}
-			if v2 {
-				binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
-				resp[0], resp[1] = st[:], buf
-				nb := net.Buffers(resp[:])
-				if _, err := nb.WriteTo(c); err != nil {
-					return
-				}
-			} else if _, err := c.Write(buf); err != nil {
-				return
-			}
-		default:
-			return // unknown opcode: protocol error, drop the connection
-		}
-	}
-}
-
-// serveDevice serves one request on the device range dr through the
-// connection's bounce buffer (grown to at most deviceChunk bytes). It
-// returns false when the connection must be dropped.
-func serveDevice(c net.Conn, br *bufio.Reader, bw *bufio.Writer, ack func(uint64) error, bounce *[]byte, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
-	size := dr.Length
-	if want := int(min(size, deviceChunk)); len(*bounce) < want {
-		*bounce = make([]byte, want)
-	}
-	b := *bounce
-	switch op {
-	case transfer.Write:
-		var cerr error
-		for off := uint64(0); off < size; {
-			n := min(size-off, uint64(len(b)))
-			if _, err := io.ReadFull(br, b[:n]); err != nil {
-				return false
-			}
-			if cerr == nil {
-				cerr = dr.CopyIn(off, b[:n])
-			}
-			off += n
-		}
-		if !v2 {
-			return cerr == nil && (br.Buffered() > 0 || bw.Flush() == nil)
-		}
-		if cerr != nil {
-			return ack(statusRej) == nil
-		}
-		return ack(statusOK) == nil
-	case transfer.Read:
-		n := min(size, uint64(len(b)))
-		if err := dr.CopyOut(b[:n], 0); err != nil {
-			return v2 && ack(statusRej) == nil
-		}
-		if bw.Buffered() > 0 && bw.Flush() != nil { // earlier acks go first
-			return false
-		}
-		if v2 {
-			var st [statusLen]byte
-			binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
-			nb := net.Buffers{st[:], b[:n]}
-			if _, err := nb.WriteTo(c); err != nil {
-				return false
-			}
-		} else if _, err := c.Write(b[:n]); err != nil {
-			return false
-		}
-		for off := n; off < size; off += n {
-			n = min(size-off, uint64(len(b)))
-			if dr.CopyOut(b[:n], off) != nil {
-				return false // part of the response is out: only dropping the connection tells the peer
-			}
-			if _, err := c.Write(b[:n]); err != nil {
-				return false
-			}
-		}
-		return true
-	}
-	return false // unknown opcode: protocol error
-}
-
 // Close implements transfer.Transport: stops accepting, closes served
 // connections and waits for their handlers. Peers dialled from this
 // transport are closed by their owners (the engine).
 func (t *Transport) Close() error { return t.srv.Close() }
-
-// readPayload fills buf with the next len(buf) bytes of the stream: what
-// br already buffered, then the rest straight from c, so payload bytes are
-// copied once (into registered memory), not through br's buffer.
-func readPayload(br *bufio.Reader, c net.Conn, buf []byte) error {
-	n := min(br.Buffered(), len(buf))
-	if n > 0 {
-		if _, err := io.ReadFull(br, buf[:n]); err != nil {
-			return err
-		}
-	}
-	_, err := io.ReadFull(c, buf[n:])
-	return err
-}
