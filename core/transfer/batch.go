@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
 )
@@ -116,9 +117,9 @@ func (e *Engine) run(b *batch, idx int, r Request) {
 	var err error
 	select {
 	case e.sem <- struct{}{}:
-		ctx, cancel := context.WithTimeout(e.ctx, e.cfg.RequestTimeout)
+		ctx, release := withRequestDeadline(e.ctx, time.Now().Add(e.cfg.RequestTimeout))
 		err = e.execute(ctx, r)
-		cancel()
+		release()
 		<-e.sem
 	case <-e.ctx.Done():
 		err = fmt.Errorf("%w: engine closed before the request ran", ErrClosed)
