@@ -44,3 +44,16 @@ test-abi: lib venv
 # Restore the includer's default goal (none yet: the includer's next target
 # becomes it); used alone, this file's default is lib.
 .DEFAULT_GOAL := $(or $(abi_saved_default_goal),$(if $(filter-out abi.mk,$(notdir $(MAKEFILE_LIST))),,lib))
+
+# wheel: the mooncake-go Python distribution (mooncake_go + mooncake_go.vllm
+# with libmooncake.so inside) in build/wheel/, then a smoke check: installed
+# into a throwaway venv, the connector module imports and the bundled
+# library loads.
+.PHONY: wheel
+wheel: lib venv
+	cp $(LIBMOONCAKE) abi/python/mooncake_go/libmooncake.so
+	rm -rf build/wheel build/wheel-venv && $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w build/wheel .
+	rm -f abi/python/mooncake_go/libmooncake.so
+	rm -rf mooncake_go.egg-info
+	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
+	cd build && env -u MOONCAKE_GO_LIB wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm; from mooncake_go.vllm import MooncakeGoConnector; print('wheel ok:', mooncake_go.load()._name)"
