@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -21,7 +20,8 @@ import (
 const maxWindow = 256
 
 // clientReadBuffer is the per-connection buffer status frames are read
-// through (a READ's payload is read straight into the caller's buffer).
+// through, in bytes (a READ's payload is read straight into the caller's
+// buffer, with the next status frame).
 const clientReadBuffer = 4 << 10
 
 // Dial implements transfer.Transport: a pooled peer for the segment's
@@ -457,20 +457,21 @@ func (m *conn) writeLoop() {
 // head for each, until the connection fails.
 func (m *conn) readLoop() {
 	defer m.exited(true)
-	br := bufio.NewReaderSize(m.c, clientReadBuffer)
-	var st [statusLen]byte
+	fr := newFrameReader(m.c, clientReadBuffer, statusLen)
 	for {
-		if _, err := io.ReadFull(br, st[:]); err != nil {
+		st, err := fr.next(statusLen)
+		if err != nil {
 			m.fail(err)
 			return
 		}
+		v := binary.LittleEndian.Uint64(st)
 		m.mu.Lock()
 		s, ok := m.mu.inflight.pop()
 		more := m.mu.queue.n > 0
 		m.mu.acked = true
 		m.mu.Unlock()
 		if !ok {
-			m.fail(fmt.Errorf("status frame %#x with no request in flight", binary.LittleEndian.Uint64(st[:])))
+			m.fail(fmt.Errorf("status frame %#x with no request in flight", v))
 			return
 		}
 		if more {
@@ -478,7 +479,6 @@ func (m *conn) readLoop() {
 		}
 		j := s.j
 		off, end := j.bounds(s.i)
-		v := binary.LittleEndian.Uint64(st[:])
 		var res error
 		switch {
 		case v&0xFFFFFFFF00000000 != statusMagic:
@@ -490,7 +490,7 @@ func (m *conn) readLoop() {
 		case v&0xFFFFFFFF != statusOK:
 			res = fmt.Errorf("%w: %s of %d bytes at %#x", transfer.ErrRejected, j.op, end-off, j.remote+uint64(off))
 		case j.op == transfer.Read:
-			if err := readPayload(br, m.c, j.local[off:end]); err != nil {
+			if _, err := io.ReadFull(fr, j.local[off:end]); err != nil {
 				m.fail(err)
 				j.lost(s.i, err, true)
 				m.unload(1)

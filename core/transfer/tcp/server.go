@@ -1,13 +1,9 @@
 package tcp
 
 import (
-	"bufio"
 	"encoding/binary"
 	"io"
 	"net"
-	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
@@ -17,193 +13,96 @@ const (
 	// server, in bytes: request headers are read through it, payloads
 	// are not.
 	serverReadBuffer = 4 << 10
-	// serverAckBuffer holds acknowledgements not yet sent, in bytes.
-	serverAckBuffer = 2 << 10
-	// ackEvery: acknowledgements are sent at the latest once they cover
-	// this many payload bytes, so a client that keeps the socket busy
-	// still sees its window slide; below it they wait for the socket to
-	// run dry. In bytes.
-	ackEvery = 256 << 10
+	// maxQueuedFrames bounds the status frames, and maxQueuedIOV the
+	// pieces, an sconn's output queue holds before it is sent.
+	maxQueuedFrames = 256
+	maxQueuedIOV    = 128
+	// sendEvery: queued output is sent at the latest once it covers this
+	// many payload bytes (acknowledged WRITEs and READ responses), so a
+	// client that keeps the socket busy still sees its window slide;
+	// below it, output waits for the socket to run dry. In bytes.
+	sendEvery = 256 << 10
 )
 
-// sconn is the server side of one connection. Headers are read through a
-// small read-ahead buffer; a payload is read with readv straight into its
-// destination plus the next header into the buffer, so a stream of WRITEs
-// costs one system call per request and payload bytes are copied once.
-// Acknowledgements are buffered and sent when the next read would block
-// (the client may be waiting for them), once they cover ackEvery payload
-// bytes, when the buffer fills, and before a READ response. Without a raw socket (not a *net.TCPConn) reads are
-// plain and acknowledgements are sent before every read.
+// sconn is the server side of one connection: requests are read with a
+// frameReader (payloads straight into registered memory); responses
+// (status frames, and READ payloads straight from registered memory) are
+// queued in request order and sent in one vectored write when the next
+// read would block (the client may be waiting for them), once they cover
+// sendEvery payload bytes, or when the queue is full.
 type sconn struct {
-	c    net.Conn
-	rc   syscall.RawConn // nil: plain reads
-	buf  []byte          // read-ahead; buf[r:w] is unread
-	r, w int
-	bw   *bufio.Writer // acknowledgements
-	owed int           // payload bytes acknowledged in bw, not yet sent
-
-	// readv state shared with readvFn (a method value made once, so a read
-	// allocates nothing).
-	iov     [2][]byte
-	cur     [][]byte
-	n       int
-	err     error
-	blocked bool
-	readvFn func(fd uintptr) bool
+	*frameReader
+	st   []byte   // queued status frames; fixed capacity, so iov's views stay valid
+	iov  [][]byte // queued output, in order: views of st and payloads
+	run  int      // start in st of the status frames iov's last piece views; -1 if that piece is a payload
+	owed int      // payload bytes covered by queued output
 }
 
 func newSconn(c net.Conn) *sconn {
-	s := &sconn{c: c, buf: make([]byte, serverReadBuffer), bw: bufio.NewWriterSize(c, serverAckBuffer)}
-	if sc, ok := c.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			s.rc = rc
-		}
+	s := &sconn{
+		frameReader: newFrameReader(c, serverReadBuffer, headerLen),
+		st:          make([]byte, 0, maxQueuedFrames*statusLen),
+		iov:         make([][]byte, 0, maxQueuedIOV),
+		run:         -1,
 	}
-	s.readvFn = s.readv
+	s.frameReader.pending = func() bool { return len(s.iov) > 0 }
+	s.frameReader.send = s.flush
 	return s
 }
 
-// readv is the RawConn callback: one readv into s.cur. On EAGAIN it asks
-// to wait for readability, unless acknowledgements are pending, which it
-// returns to send first.
-func (s *sconn) readv(fd uintptr) bool {
-	s.n, s.err = unix.Readv(int(fd), s.cur)
-	if s.err == unix.EAGAIN {
-		if s.bw.Buffered() > 0 {
-			s.blocked = true
-			return true
-		}
-		return false
-	}
-	return true
-}
-
-// read fills a, then b (may be nil), with one system call; it returns the
-// bytes read (> 0) or an error (io.EOF at end of stream).
-func (s *sconn) read(a, b []byte) (int, error) {
-	if s.rc == nil {
-		if err := s.flush(); err != nil {
-			return 0, err
-		}
-		return s.c.Read(a)
-	}
-	s.iov[0], s.iov[1] = a, b
-	s.cur = s.iov[:1]
-	if len(b) > 0 {
-		s.cur = s.iov[:2]
-	}
-	for {
-		s.blocked = false
-		if err := s.rc.Read(s.readvFn); err != nil {
-			return 0, err
-		}
-		switch {
-		case s.blocked:
-			if err := s.flush(); err != nil {
-				return 0, err
-			}
-			continue
-		case s.err == unix.EINTR:
-			continue
-		case s.err != nil:
-			return 0, s.err
-		case s.n == 0:
-			return 0, io.EOF
-		}
-		return s.n, nil
-	}
-}
-
-// Read implements io.Reader: buffered bytes first; a small p is served
-// through the buffer; a large one is read into directly, with the next
-// header's worth of bytes read ahead into the buffer.
-func (s *sconn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if s.r < s.w {
-		n := copy(p, s.buf[s.r:s.w])
-		s.r += n
-		return n, nil
-	}
-	s.r, s.w = 0, 0
-	if len(p) < len(s.buf)/2 {
-		n, err := s.read(s.buf, nil)
-		if n == 0 {
-			return 0, err
-		}
-		s.w = n
-		k := copy(p, s.buf[:n])
-		s.r = k
-		return k, nil
-	}
-	n, err := s.read(p, s.buf[:headerLen])
-	if n > len(p) {
-		s.w = n - len(p)
-		return len(p), nil
-	}
-	return n, err
-}
-
 // header reads the next request header.
-func (s *sconn) header() ([]byte, error) {
-	if s.w-s.r < headerLen {
-		if s.r > 0 {
-			s.w = copy(s.buf, s.buf[s.r:s.w])
-			s.r = 0
-		}
-		for s.w < headerLen {
-			n, err := s.read(s.buf[s.w:], nil)
-			if n == 0 {
-				return nil, err
-			}
-			s.w += n
-		}
-	}
-	h := s.buf[s.r : s.r+headerLen]
-	s.r += headerLen
-	return h, nil
-}
+func (s *sconn) header() ([]byte, error) { return s.next(headerLen) }
 
-// ack queues a status frame for a request of size payload bytes, and
-// sends the queued ones once they cover ackEvery bytes.
-func (s *sconn) ack(code uint64, size uint64) error {
-	var st [statusLen]byte
-	binary.LittleEndian.PutUint64(st[:], statusMagic|code)
-	if _, err := s.bw.Write(st[:]); err != nil {
-		return err
+// queue appends a status frame and, when payload is not nil, the payload
+// (a READ response, sent from registered memory when the queue is
+// flushed) for a request of size bytes; the queue is sent once it covers
+// sendEvery bytes or is full.
+func (s *sconn) queue(code uint64, payload []byte, size uint64) error {
+	if len(s.st) == cap(s.st) || len(s.iov)+2 > cap(s.iov) {
+		if err := s.flush(); err != nil {
+			return err
+		}
 	}
-	s.owed += int(min(size, ackEvery))
-	if s.owed >= ackEvery {
+	s.st = binary.LittleEndian.AppendUint64(s.st, statusMagic|code)
+	if s.run >= 0 {
+		s.iov[len(s.iov)-1] = s.st[s.run:]
+	} else {
+		s.run = len(s.st) - statusLen
+		s.iov = append(s.iov, s.st[s.run:])
+	}
+	if payload != nil {
+		s.iov = append(s.iov, payload)
+		s.run = -1
+	}
+	s.owed += int(min(size, sendEvery))
+	if s.owed >= sendEvery {
 		return s.flush()
 	}
 	return nil
 }
 
-// flush sends the queued acknowledgements.
+// ack queues a status frame for a request of size bytes.
+func (s *sconn) ack(code uint64, size uint64) error { return s.queue(code, nil, size) }
+
+// flush sends the queued output.
 func (s *sconn) flush() error {
-	s.owed = 0
-	return s.bw.Flush()
+	if len(s.iov) == 0 {
+		return nil
+	}
+	nb := net.Buffers(s.iov)
+	_, err := nb.WriteTo(s.c)
+	clear(s.iov)
+	s.iov, s.st, s.run, s.owed = s.iov[:0], s.st[:0], -1, 0
+	return err
 }
 
-// respond sends an OK status frame followed by payload (a READ response)
-// after any queued acknowledgements, in one vectored write.
-func (s *sconn) respond(payload []byte) error {
-	var st [statusLen]byte
-	binary.LittleEndian.PutUint64(st[:], statusMagic|statusOK)
-	if s.bw.Buffered() > 0 {
-		if _, err := s.bw.Write(st[:]); err != nil {
-			return err
-		}
-		if err := s.flush(); err != nil {
-			return err
-		}
-		_, err := s.c.Write(payload)
+// respondNow sends an OK status frame and payload after the queued
+// output, before returning (payload may be reused afterwards).
+func (s *sconn) respondNow(payload []byte) error {
+	if err := s.queue(statusOK, payload, 0); err != nil {
 		return err
 	}
-	nb := net.Buffers{st[:], payload}
-	_, err := nb.WriteTo(s.c)
-	return err
+	return s.flush()
 }
 
 // serve handles requests on one connection until EOF or an error.
@@ -261,7 +160,7 @@ func serve(c net.Conn, target transfer.Target) {
 				return // v1 has no way to refuse a read: drop the connection
 			}
 			if v2 {
-				if s.respond(buf) != nil {
+				if s.queue(statusOK, buf, size) != nil {
 					return
 				}
 			} else if s.flush() != nil {
@@ -310,7 +209,7 @@ func serveDevice(s *sconn, bounce *[]byte, dr transfer.DeviceRange, op transfer.
 			return v2 && s.ack(statusRej, size) == nil
 		}
 		if v2 {
-			if s.respond(b[:n]) != nil {
+			if s.respondNow(b[:n]) != nil {
 				return false
 			}
 		} else if s.flush() != nil {
@@ -330,18 +229,4 @@ func serveDevice(s *sconn, bounce *[]byte, dr transfer.DeviceRange, op transfer.
 		return true
 	}
 	return false // unknown opcode: protocol error
-}
-
-// readPayload fills buf with the next len(buf) bytes of the stream: what
-// br already buffered, then the rest straight from c, so payload bytes are
-// copied once (into the destination), not through br's buffer.
-func readPayload(br *bufio.Reader, c net.Conn, buf []byte) error {
-	n := min(br.Buffered(), len(buf))
-	if n > 0 {
-		if _, err := io.ReadFull(br, buf[:n]); err != nil {
-			return err
-		}
-	}
-	_, err := io.ReadFull(c, buf[n:])
-	return err
 }

@@ -129,3 +129,74 @@ func TestDuplicateNameRefused(t *testing.T) {
 	}
 	b.Close()
 }
+
+// TestRawPipelined sends several requests in one write on one connection,
+// as the multiplexing client does, and checks the target answers each in
+// request order: a WRITE's status, a READ's status and bytes (seeing the
+// WRITE before it), a refusal in the middle, and more after it.
+func TestRawPipelined(t *testing.T) {
+	p := transfertest.NewPair(t, memmeta.New(), newTCP)
+	desc, err := metadata.GetSegment(p.Background, p.Meta, "", "seg-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rpc, err := metadata.GetRPCMeta(p.Background, p.Meta, "", "seg-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", net.JoinHostPort(rpc.IPOrHostName, itoa(desc.TCPDataPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	base := p.RB.Addr()
+	frame := func(op byte, addr, size uint64, payload []byte) []byte {
+		var hdr [24]byte
+		binary.LittleEndian.PutUint64(hdr[0:], size)
+		binary.LittleEndian.PutUint64(hdr[8:], addr)
+		hdr[16] = op | 0x80
+		return append(hdr[:], payload...)
+	}
+	a := bytes.Repeat([]byte{0xA1}, 100<<10)
+	b := bytes.Repeat([]byte{0xB2}, 3000)
+	var req []byte
+	req = append(req, frame(1, base, uint64(len(a)), a)...)               // 1: write a at 0
+	req = append(req, frame(0, base, uint64(len(a)), nil)...)             // 2: read it back
+	req = append(req, frame(1, base+(1<<20)-10, 300, b[:300])...)         // 3: refused write
+	req = append(req, frame(1, base+200<<10, uint64(len(b)), b)...)       // 4: write b
+	req = append(req, frame(0, base+200<<10-8, uint64(len(b)+8), nil)...) // 5: read around b
+	errc := make(chan error, 1)
+	go func() { _, err := c.Write(req); errc <- err }()
+	status := func(want uint64) {
+		t.Helper()
+		var st [8]byte
+		if _, err := io.ReadFull(c, st[:]); err != nil {
+			t.Fatal(err)
+		}
+		if got := binary.LittleEndian.Uint64(st[:]); got != 0x4D435456<<32|want {
+			t.Fatalf("status %#x, want code %d", got, want)
+		}
+	}
+	status(0)
+	status(0)
+	got := make([]byte, len(a))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, a) {
+		t.Fatal("pipelined read did not see the write before it")
+	}
+	status(1)
+	status(0)
+	status(0)
+	got = make([]byte, len(b)+8)
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[8:], b) || bytes.Contains(got[:8], []byte{0xB2}) {
+		t.Fatal("second pipelined read returned other bytes")
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}

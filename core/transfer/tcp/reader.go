@@ -1,0 +1,162 @@
+package tcp
+
+import (
+	"io"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// frameReader reads one connection's framed stream. Fixed-size frame parts
+// (headers, status frames) are read through a small read-ahead buffer; a
+// payload is read with readv straight into its destination plus the next
+// frame's fixed part (ahead bytes) into the buffer, so a stream of
+// payload-carrying frames costs one system call per frame and payload
+// bytes are copied once. Without a raw socket (not a *net.TCPConn) reads
+// are plain.
+//
+// A frameReader belongs to one goroutine.
+type frameReader struct {
+	c     net.Conn
+	rc    syscall.RawConn // nil: plain reads
+	buf   []byte          // read-ahead; buf[r:w] is unread
+	r, w  int
+	ahead int
+	// pending, when set, reports output waiting to be sent, and send sends it:
+	// a read that would block sends it first, since the peer may be
+	// waiting for it before it sends more.
+	pending func() bool
+	send    func() error
+
+	// readv state shared with readvFn (a method value made once, so a read
+	// allocates nothing).
+	iov     [2][]byte
+	cur     [][]byte
+	n       int
+	err     error
+	blocked bool
+	readvFn func(fd uintptr) bool
+}
+
+// newFrameReader returns a reader over c with a size-byte buffer; ahead
+// (at most size/2) is the fixed part of the next frame read along with a
+// payload.
+func newFrameReader(c net.Conn, size, ahead int) *frameReader {
+	f := &frameReader{c: c, buf: make([]byte, size), ahead: ahead}
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			f.rc = rc
+		}
+	}
+	f.readvFn = f.readv
+	return f
+}
+
+// readv is the RawConn callback: one readv into f.cur. On EAGAIN it asks
+// to wait for readability, unless output is pending, which it returns to
+// send first.
+func (f *frameReader) readv(fd uintptr) bool {
+	f.n, f.err = unix.Readv(int(fd), f.cur)
+	if f.err == unix.EAGAIN {
+		if f.pending != nil && f.pending() {
+			f.blocked = true
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// read fills a, then b (may be nil), with one system call; it returns the
+// bytes read (> 0) or an error (io.EOF at end of stream).
+func (f *frameReader) read(a, b []byte) (int, error) {
+	if f.rc == nil {
+		if f.send != nil {
+			if err := f.send(); err != nil {
+				return 0, err
+			}
+		}
+		return f.c.Read(a)
+	}
+	f.iov[0], f.iov[1] = a, b
+	f.cur = f.iov[:1]
+	if len(b) > 0 {
+		f.cur = f.iov[:2]
+	}
+	for {
+		f.blocked = false
+		if err := f.rc.Read(f.readvFn); err != nil {
+			return 0, err
+		}
+		switch {
+		case f.blocked:
+			if err := f.send(); err != nil {
+				return 0, err
+			}
+			continue
+		case f.err == unix.EINTR:
+			continue
+		case f.err != nil:
+			return 0, f.err
+		case f.n == 0:
+			return 0, io.EOF
+		}
+		return f.n, nil
+	}
+}
+
+// Read implements io.Reader: buffered bytes first; a small p is served
+// through the buffer; a large one is read into directly, with the next
+// frame's fixed part read ahead into the buffer.
+func (f *frameReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if f.r < f.w {
+		n := copy(p, f.buf[f.r:f.w])
+		f.r += n
+		return n, nil
+	}
+	f.r, f.w = 0, 0
+	if len(p) < len(f.buf)/2 {
+		n, err := f.read(f.buf, nil)
+		if n == 0 {
+			return 0, err
+		}
+		f.w = n
+		k := copy(p, f.buf[:n])
+		f.r = k
+		return k, nil
+	}
+	n, err := f.read(p, f.buf[:f.ahead])
+	if n > len(p) {
+		f.w = n - len(p)
+		return len(p), nil
+	}
+	return n, err
+}
+
+// next returns the next n bytes (n at most the buffer's size); they stay
+// valid until the next call.
+func (f *frameReader) next(n int) ([]byte, error) {
+	if f.w-f.r < n {
+		if f.r > 0 {
+			f.w = copy(f.buf, f.buf[f.r:f.w])
+			f.r = 0
+		}
+		for f.w < n {
+			k, err := f.read(f.buf[f.w:], nil)
+			if k == 0 {
+				return nil, err
+			}
+			f.w += k
+		}
+	}
+	b := f.buf[f.r : f.r+n]
+	f.r += n
+	return b, nil
+}
+
+// buffered is how many read-ahead bytes are unread.
+func (f *frameReader) buffered() int { return f.w - f.r }
