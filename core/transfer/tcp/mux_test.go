@@ -375,3 +375,26 @@ func TestTargetDropsEveryConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleConnectionClosed: a connection that carried nothing for longer
+// than IdleTimeout is closed by the next request, which opens a new one;
+// with a long timeout the connection is reused.
+func TestIdleConnectionClosed(t *testing.T) {
+	tr, r := target(t, 1<<20)
+	for _, tc := range []struct {
+		idle  time.Duration
+		dials int64
+	}{{time.Nanosecond, 3}, {time.Hour, 1}} {
+		t.Run(tc.idle.String(), func(t *testing.T) {
+			p := dialVia(t, Config{IdleTimeout: tc.idle}, tr.Addr().String())
+			for i := 0; i < 3; i++ {
+				if err := p.Do(context.Background(), transfer.Write, pattern(1000), r.Addr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if d := p.dials.Load(); d != tc.dials {
+				t.Fatalf("%d dials, want %d", d, tc.dials)
+			}
+		})
+	}
+}

@@ -36,7 +36,7 @@ func (t *Transport) Dial(ctx context.Context, d metadata.SegmentDesc, rpc metada
 	if d.TCPProtoVersion < 2 {
 		return nil, fmt.Errorf("%w: segment %q speaks tcp protocol v%d, acknowledged writes need v2", transfer.ErrUnsupported, d.Name, d.TCPProtoVersion)
 	}
-	return &peer{cfg: t.cfg, addr: net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort))}, nil
+	return &peer{cfg: t.cfg, addr: net.JoinHostPort(rpc.IPOrHostName, strconv.Itoa(d.TCPDataPort)), born: time.Now()}, nil
 }
 
 // Probe implements transfer.Prober: it connects to the descriptor's data
@@ -61,6 +61,7 @@ type peer struct {
 	dials  atomic.Int64 // connections opened (tests, metrics)
 	closed atomic.Bool  // set once by Close (under mu), read lock-free
 	jobs   sync.Pool    // *job, reused across requests
+	born   time.Time    // origin of now
 
 	mu struct {
 		sync.Mutex
@@ -145,10 +146,8 @@ type conn struct {
 	}
 }
 
-var clockBase = time.Now()
-
-// now is monotonic nanoseconds since clockBase.
-func now() int64 { return int64(time.Since(clockBase)) }
+// now is monotonic nanoseconds since the peer was made.
+func (p *peer) now() int64 { return int64(time.Since(p.born)) }
 
 // pick returns up to want connections, each with a reservation of its
 // share of total slices (see share). It prefers, in the
@@ -192,7 +191,7 @@ func (p *peer) pick(ctx context.Context, want, total int, out []*conn) ([]*conn,
 				}
 				out = append(out, best)
 			}
-			t := now()
+			t := p.now()
 			for k, m := range out {
 				m.load.Add(int64(share(total, len(out), k)))
 				m.lastUsed.Store(t)
@@ -263,7 +262,7 @@ func contains(cs []*conn, m *conn) bool {
 // IdleTimeout, and unused ones past MaxIdlePerPeer (the most recently
 // opened go first). A connection with a reservation is never taken.
 func (p *peer) sweepLocked(stale []*conn) []*conn {
-	t := now()
+	t := p.now()
 	idle := 0
 	for k := 0; k < len(p.mu.conns); {
 		m := p.mu.conns[k]
@@ -294,7 +293,7 @@ func (p *peer) dial(ctx context.Context) (*conn, error) {
 		tc.SetNoDelay(true)
 	}
 	m := &conn{p: p, c: c, window: p.cfg.Window, wake: make(chan struct{}, 1), dead: make(chan struct{})}
-	m.lastUsed.Store(now())
+	m.lastUsed.Store(p.now())
 	return m, nil
 }
 
