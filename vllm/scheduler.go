@@ -112,6 +112,9 @@ type Scheduler struct {
 	// sent) by request id.
 	pending map[string]Params
 	meta    Meta // this step's P/D work and preemptions
+	// allocated are the store-mode requests allocated since the last
+	// BuildMeta (see Preempted).
+	allocated map[string]bool
 }
 
 // NewScheduler starts the scheduler half. Store mode opens a pool client
@@ -154,7 +157,7 @@ func newStoreScheduler(s Settings, pool *poolclient.Pool, ex kvpool.Exister) (*S
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	return &Scheduler{s: s, pool: pool, rt: rt, pending: make(map[string]Params)}, nil
+	return &Scheduler{s: s, pool: pool, rt: rt, pending: make(map[string]Params), allocated: make(map[string]bool)}, nil
 }
 
 // Close closes the pool client.
@@ -199,6 +202,9 @@ func (sc *Scheduler) Lookup(ctx context.Context, a LookupArgs) (tokens int, asyn
 // do_remote_decode is remembered for request_finished.
 func (sc *Scheduler) UpdateAfterAlloc(a AllocArgs) error {
 	if sc.s.Mode == ModeStore {
+		sc.mu.Lock()
+		sc.allocated[a.ReqID] = true
+		sc.mu.Unlock()
 		return sc.rt.UpdateAfterAlloc(a.ReqID, a.BlockIDs, a.NumExternalTokens)
 	}
 	p := a.Params
@@ -249,12 +255,17 @@ func (sc *Scheduler) PlanSave(a SaveArgs) (int, error) {
 }
 
 // Preempted records requests vLLM preempted: their progress resets and
-// workers fence their jobs in the next step.
+// workers fence their jobs in the next step. A request allocated in this
+// step is being resumed (vLLM never resumes a request in the step that
+// preempts it; the shim also reports resumed requests, for engines that
+// list no preemptions): it is fenced, but its progress as this step's
+// lookup left it is kept (else it would save again the blocks it just
+// loaded).
 func (sc *Scheduler) Preempted(reqIDs []string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for _, id := range reqIDs {
-		if sc.rt != nil {
+		if sc.rt != nil && !sc.allocated[id] {
 			sc.rt.RequestPreempted(id)
 		}
 		sc.meta.Preempted = append(sc.meta.Preempted, id)
@@ -317,6 +328,7 @@ func (sc *Scheduler) BuildMeta() ([]byte, error) {
 	sc.mu.Lock()
 	m := sc.meta
 	sc.meta = Meta{}
+	clear(sc.allocated)
 	sc.mu.Unlock()
 	if sc.rt != nil {
 		m.Plan = sc.rt.BuildPlan()

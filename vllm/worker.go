@@ -541,8 +541,17 @@ func (w *Worker) GetFinished() (Finished, error) {
 	var f Finished
 	w.mu.Lock()
 	rt, prod, cons := w.rt, w.prod, w.cons
+	layerwise := w.gate != nil
 	w.mu.Unlock()
 	if rt != nil {
+		if layerwise {
+			// A layer-wise synchronous load reports its last layer to
+			// wait_for_layer_load before its job completes: wait for the
+			// completion (at once after the forward; bounded by the load
+			// timeout, past which its blocks count as failed) so that its
+			// failed blocks are in this step's answer.
+			_ = rt.WaitForLoad(context.Background())
+		}
 		f.Sending, f.Recving = rt.GetFinished()
 		f.FailedBlocks = rt.FailedBlocks()
 	}
