@@ -180,6 +180,7 @@ def test_abort_while_loading(instances):
     b.engine.run()
     assert allocs(b.engine)["x2"] == (64, True)
     assert ("finished", "x2", "FINISHED_ABORTED", False) in b.engine.log
+    assert ("recv-after-finish", "x2") in b.engine.log  # held until the load was reported
     assert len(b.engine.free) == free_before
     assert b.sched._c is not None and b.engine.idle()
 

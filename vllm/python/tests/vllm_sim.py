@@ -183,8 +183,9 @@ class Engine:
             for r in q:
                 if r.request_id == rid:
                     q.remove(r)
+                    loading = r.status == RequestStatus.WAITING_FOR_REMOTE_KVS and rid not in self.ready
                     r.status = RequestStatus.FINISHED_ABORTED
-                    self._finish(r)
+                    self._finish(r, loading)
                     return r
         raise KeyError(rid)
 
@@ -194,14 +195,16 @@ class Engine:
         out, self.free = self.free[:n], self.free[n:]
         return out
 
-    def _finish(self, req):
+    def _finish(self, req, loading=False):
+        """request_finished, then free the blocks or hold them: while the
+        connector still saves them (hold) or an async load may still write
+        them (loading: vLLM frees those once the load is reported)."""
         blocks = self.blocks.pop(req.request_id, [])
         hold, params = self.sched.request_finished(req, blocks)
         req.finish_params = params
         self.finished_ids.add(req.request_id)
         self.loading.pop(req.request_id, None)
         self.log.append(("finished", req.request_id, req.status.name, hold))
-        loading = req.status == RequestStatus.WAITING_FOR_REMOTE_KVS and req.request_id not in self.ready
         self.ready.discard(req.request_id)
         if hold or loading:  # vLLM frees a loading request's blocks once its load is reported
             self.held[req.request_id] = blocks
