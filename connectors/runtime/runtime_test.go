@@ -823,3 +823,25 @@ type saverFunc func(ctx context.Context, keys []string, blocks []int) []error
 func (f saverFunc) Save(ctx context.Context, keys []string, blocks []int) []error {
 	return f(ctx, keys, blocks)
 }
+
+// TestLookupLongPrompt checks that a prompt with more blocks than one
+// existence check carries is asked about in chunks, stopping at the chunk
+// where the prefix ends.
+func TestLookupLongPrompt(t *testing.T) {
+	p := newFakePool()
+	s, err := NewScheduler(SchedulerConfig{Shards: []kvpool.Namespace{testNS(0, 1)}, Exister: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3*presentChunk + 10
+	hs := hashes("long", n)
+	hit := 2*presentChunk + 5
+	p.put(testNS(0, 1).Keys(hs[:hit])...)
+	res, err := s.Lookup(context.Background(), LookupRequest{ReqID: "long", BlockHashes: hs, NumTokens: n * bt})
+	if err != nil || res.Tokens != hit*bt || !res.Async {
+		t.Fatalf("Lookup = %+v, %v; want %d tokens async", res, err, hit*bt)
+	}
+	if p.existN != 3 {
+		t.Errorf("%d existence checks, want 3 (the fourth chunk is past the end of the prefix)", p.existN)
+	}
+}

@@ -182,15 +182,38 @@ func (s *Scheduler) Lookup(ctx context.Context, r LookupRequest) (LookupResult, 
 	return res, nil
 }
 
+// presentChunk bounds one existence check to this many blocks (times the
+// shards): a long prompt's keys would not fit in one master RPC (about 35k
+// blocks of 100-byte keys exceed gRPC's 4 MiB), and a chunk that misses
+// ends the prefix without asking about the rest.
+const presentChunk = 1024
+
 // present returns how many leading hashes have an object on every shard.
 func (s *Scheduler) present(ctx context.Context, hashes [][]byte) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
+	defer cancel()
+	done := 0
+	for done < len(hashes) {
+		chunk := hashes[done:min(done+presentChunk, len(hashes))]
+		n, err := s.presentChunk(ctx, chunk)
+		if err != nil {
+			return 0, err
+		}
+		done += n
+		if n < len(chunk) {
+			break
+		}
+	}
+	return done, nil
+}
+
+// presentChunk is present for at most presentChunk hashes, in one call.
+func (s *Scheduler) presentChunk(ctx context.Context, hashes [][]byte) (int, error) {
 	shards := len(s.cfg.Shards)
 	keys := make([]string, 0, len(hashes)*shards)
 	for _, ns := range s.cfg.Shards {
 		keys = append(keys, ns.Keys(hashes)...)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.LookupTimeout)
-	defer cancel()
 	found, err := s.cfg.Exister.BatchIsExist(ctx, keys)
 	if err != nil {
 		return 0, fmt.Errorf("existence check of %d keys from %q: %w", len(keys), keys[0], err)

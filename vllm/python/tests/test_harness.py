@@ -235,3 +235,57 @@ def test_bad_input_is_a_clear_error(pool):
             w._c.lookup({"req_id": "r", "hashes": [], "num_tokens": 1, "num_computed_tokens": 0})
     finally:
         w.shutdown()
+
+
+def test_register_refuses_layouts_it_cannot_address(pool):
+    """Tensors whose blocks are not whole, dense, slowest-dimension pages
+    are refused at register_kv_caches with a clear error; dense permuted
+    views (vLLM's HND) are fine."""
+    from mooncake_go.vllm.connector import LayoutError, regions_of
+
+    f16 = np.float16
+    fa = np.zeros((2, 8, 16, 2, 8), f16)
+    assert regions_of({"l": fa}) == [(fa.ctypes.data, 512, 8, 0), (fa.ctypes.data + 8 * 512, 512, 8, 0)]
+    fi = np.zeros((8, 2, 16, 2, 8), f16)
+    assert regions_of({"l": fi}, 8) == [(fi.ctypes.data, 1024, 8, 0)]
+    hnd = np.zeros((8, 2, 2, 16, 8), f16).transpose(0, 1, 3, 2, 4)  # HND storage, NHD view
+    assert regions_of({"l": hnd}, 8) == [(hnd.__array_interface__["data"][0], 1024, 8, 0)]
+    bad = {
+        "two blocks": ({"l": np.zeros((2, 2, 16, 2, 8), f16)}, None, "ambiguous"),
+        "fortran order": ({"l": np.asfortranarray(np.zeros((2, 64, 16, 2, 8), f16))}, None, "slowest"),
+        "strided slice": ({"l": np.zeros((2, 128, 16, 2, 8), f16)[:, ::2]}, None, "densely"),
+        "block count vs config": ({"l": np.zeros((2, 32, 16, 2, 8), f16)}, 64, "kv_cache_config says 64"),
+        "block count vs layers": ({"a": np.zeros((8, 16, 8), f16), "b": np.zeros((9, 16, 8), f16)}, None, "previous layers 8"),
+        "empty": ({"l": np.zeros((0, 16, 8), f16)}, None, "empty"),
+        "not a tensor": ({"l": [1, 2, 3]}, None, "not a tensor"),
+    }
+    for what, (caches, nb, msg) in bad.items():
+        with pytest.raises(LayoutError, match=msg):
+            regions_of(caches, nb)
+        assert what
+
+
+def test_hooks_never_raise(pool):
+    """Odd engine input and calls after shutdown are answered with a miss or
+    no work, never an exception into vLLM's threads."""
+    sched = MooncakeGoConnector(vllm_config(pool, model="m-odd", typo_key=1), KVConnectorRole.SCHEDULER)
+    req = sim.Request("odd", prompt(50, 40), 1, BS)
+    req.block_hashes = [2**200, -(2**100), b"x", 7]  # ints of any size, bytes, small ints
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+    req.kv_transfer_params = {"do_remote_prefill": b"\x00"}  # not JSON-encodable
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+    req.kv_transfer_params = None
+    req.all_token_ids = None  # num_tokens unusable
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+    sched.shutdown()
+    sched.shutdown()  # twice is fine
+    assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert sched.request_finished(req, [1]) == (False, None)
+    meta = sched.build_connector_meta(types.SimpleNamespace())
+    assert meta.data == b""
+    w = MooncakeGoConnector(vllm_config(pool, model="m-odd"), KVConnectorRole.WORKER, types.SimpleNamespace(num_blocks=8))
+    w.shutdown()
+    assert w.get_finished(set()) == (None, None)
+    assert w.get_block_ids_with_load_errors() == set()
+    w.start_load_kv(None)
+    w.wait_for_save()

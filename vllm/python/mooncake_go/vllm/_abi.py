@@ -63,6 +63,11 @@ def _lib_handle():
     return _lib.require("mc_vllm_abi_version", ABI_MAJOR, _PROTOS)
 
 
+def _int_bytes(v):
+    """An int hash as little-endian two's complement, at least 16 bytes."""
+    return v.to_bytes(max(16, (v.bit_length() + 8) // 8), "little", signed=True)
+
+
 def b64(h):
     """A block hash as the base64 text the ABI's JSON carries. vLLM's
     BlockHash is bytes; older releases had a named tuple with an int
@@ -71,9 +76,9 @@ def b64(h):
         raw = bytes(h)
     elif hasattr(h, "hash_value"):
         v = h.hash_value
-        raw = v if isinstance(v, bytes) else int(v).to_bytes(16, "little", signed=True)
+        raw = v if isinstance(v, bytes) else _int_bytes(int(v))
     elif isinstance(h, int):
-        raw = h.to_bytes(16, "little", signed=True)
+        raw = _int_bytes(h)
     else:
         raw = repr(h).encode()
     return base64.b64encode(raw).decode("ascii")

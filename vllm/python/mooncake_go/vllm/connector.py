@@ -143,6 +143,23 @@ def _num_layers(vllm_config, extra):
         return int(_get(mc, "hf_config.num_hidden_layers", 0) or 0)
 
 
+def _block_size(vllm_config):
+    bs = getattr(getattr(vllm_config, "cache_config", None), "block_size", None)
+    return 16 if bs is None else int(bs)  # None: the platform default (16 on CUDA); 0 is refused by Go
+
+
+# kv_connector_extra_config keys read by this connector, by the pool config
+# loader, or by upstream's Mooncake connectors (accepted and ignored).
+KNOWN_EXTRA_KEYS = frozenset(
+    """mc_mode mc_layerwise mc_layout mc_num_layers mc_lookup_timeout_ms mc_load_timeout_ms mc_save_timeout_ms
+    load_async cache_prefix save_decode_cache bootstrap_server_address preferred_segment
+    local_hostname metadata_server master_server_address master_server_addr global_segment_size
+    local_buffer_size protocol device_name rdma_devices mode enable_offload tenant_id
+    lookup_async lookup_rpc_port enable_lookup store_tp_size enable_store_tp_lcm prefill_tp_sizes
+    enable_cross_layers_blocks num_workers mooncake_protocol""".split()
+)
+
+
 def settings_from(vllm_config, role):
     """The vllm.Settings JSON object for this process (see vllm.h)."""
     ktc = vllm_config.kv_transfer_config
@@ -155,7 +172,7 @@ def settings_from(vllm_config, role):
         "model": str(_get(vllm_config, "model_config.model", "")),
         "kv_dtype": _kv_dtype(vllm_config),
         "layout": _kv_layout(extra, use_mla),
-        "block_size": int(_get(vllm_config, "cache_config.block_size", 16) or 16),
+        "block_size": _block_size(vllm_config),
         "tp_rank": _tp_rank(vllm_config) if worker else 0,
         "tp_size": int(_get(vllm_config, "parallel_config.tensor_parallel_size", 1) or 1),
         "pp_rank": _pp_rank(vllm_config) if worker else 0,
@@ -187,36 +204,91 @@ def _tensor_info(t):
     return iface["data"][0], tuple(t.shape), tuple(t.strides), t.nbytes, "cpu"
 
 
+class LayoutError(_abi.MooncakeError):
+    """A KV cache tensor this connector cannot address block by block."""
+
+
+def _dense_order(shape, strides, itemsize, nbytes):
+    """The dims from slowest to fastest, if the tensor covers exactly nbytes
+    of storage with no gaps or overlaps (any permutation of a contiguous
+    tensor, such as vLLM's HND view), else None."""
+    order = sorted(range(len(shape)), key=lambda i: strides[i], reverse=True)
+    expect = itemsize
+    for i in reversed(order):
+        if shape[i] != 1 and strides[i] != expect:
+            return None
+        expect *= shape[i]
+    return order if expect == nbytes else None
+
+
 def regions_of(kv_caches, num_blocks=None):
-    """The (base, block_bytes, num_blocks, layer) regions of vLLM's per-layer KV
-    cache tensors, derived from strides as upstream's store connector: one
-    region for a blocks-first tensor, one per slice of any outer dimension
-    whose stride exceeds a block's bytes (the K and V halves of
-    FlashAttention's [2, num_blocks, ...] layout). Tensors sharing storage
-    are taken once, in layer order."""
-    regions, seen = [], set()
+    """The (base, block_bytes, num_blocks, layer) regions of vLLM's
+    per-layer KV cache tensors, from their shapes and strides: one region
+    for a blocks-first tensor ([num_blocks, ...]: FlashInfer, Triton, MLA),
+    two for FlashAttention's [2, num_blocks, ...] (the K and V halves).
+    Tensors sharing storage are taken once, in layer order. Raises
+    LayoutError for a tensor that is not densely stored (a strided slice,
+    Fortran order), whose blocks are not its slowest dimension, whose
+    block count differs from num_blocks or the other layers', or whose
+    layout is ambiguous (two blocks of shape [2, 2, ...])."""
+    regions, seen, count = [], set(), None
     for layer, (name, t) in enumerate(kv_caches.items()):
-        ptr, shape, strides, nbytes, device = _tensor_info(t)
+        try:
+            ptr, shape, strides, nbytes, device = _tensor_info(t)
+            itemsize = t.element_size() if hasattr(t, "element_size") else t.itemsize
+        except (AttributeError, TypeError, KeyError) as e:
+            raise LayoutError(f"layer {name}: a {type(t).__name__} is not a tensor: {e}") from None
         if not device.startswith("cpu"):
-            raise _abi.MooncakeError(f"layer {name}: KV cache on {device}: unsupported: device KV caches (host only for now)")
+            raise LayoutError(f"layer {name}: KV cache on {device}: unsupported: device KV caches (host only for now)")
+        if nbytes == 0 or not shape:
+            raise LayoutError(f"layer {name}: empty KV cache tensor of shape {shape}")
         if (ptr, nbytes) in seen:
             continue
         seen.add((ptr, nbytes))
-        nb = num_blocks
-        if nb is None:  # [2, nb, ...] (FlashAttention) or [nb, ...]
-            nb = shape[1] if len(shape) == 5 and shape[0] == 2 else shape[0]
-        page = nbytes // nb
-        outer = [(d, s) for d, s in zip(shape, strides) if s > page and d > 1]
-        if not outer:
-            regions.append((ptr, page, nb, layer))
-            continue
-        count = 1
-        for d, _ in outer:
-            count *= d
-        seg_stride = outer[-1][1]
-        for i in range(count):
-            regions.append((ptr + i * seg_stride, seg_stride // nb, nb, layer))
+        order = _dense_order(shape, strides, itemsize, nbytes)
+        if order is None:
+            raise LayoutError(f"layer {name}: KV cache tensor of shape {shape}, strides {strides} is not densely stored")
+        flash = len(shape) == 5 and shape[0] == 2 and (num_blocks is None or shape[1] == num_blocks)
+        if flash and shape[1] == 2:
+            raise LayoutError(f"layer {name}: shape {shape} is ambiguous ([2, num_blocks, ...] or [num_blocks, 2, ...] with 2 blocks)")
+        block_dim = 1 if flash else 0
+        nb = shape[block_dim]
+        if num_blocks is not None and nb != num_blocks:
+            raise LayoutError(f"layer {name}: {nb} blocks in shape {shape}, kv_cache_config says {num_blocks}")
+        if count is not None and nb != count:
+            raise LayoutError(f"layer {name}: {nb} blocks, the previous layers {count}")
+        count = nb
+        if order[: block_dim + 1] != list(range(block_dim + 1)):
+            raise LayoutError(f"layer {name}: blocks are not the slowest dimension of shape {shape}, strides {strides}")
+        block_bytes = strides[block_dim]
+        if flash:
+            regions.append((ptr, block_bytes, nb, layer))
+            regions.append((ptr + strides[0], block_bytes, nb, layer))
+        else:
+            regions.append((ptr, block_bytes, nb, layer))
     return regions
+
+
+def _safe(default):
+    """Wraps a hot-path hook: a failure is logged and answered with default
+    (a miss, no work, nothing finished) instead of raising into vLLM's
+    engine threads; so is a call after shutdown."""
+
+    def wrap(f):
+        def hook(self, *args, **kwargs):
+            if getattr(self, "_c", None) is None:
+                logger.error("mooncake_go: %s after shutdown", f.__name__)
+                return default() if callable(default) else default
+            try:
+                return f(self, *args, **kwargs)
+            except Exception as e:  # never into the engine's threads
+                logger.exception("mooncake_go: %s failed: %s", f.__name__, e)
+                return default() if callable(default) else default
+
+        hook.__name__, hook.__doc__ = f.__name__, f.__doc__
+        return hook
+
+    return wrap
 
 
 class MooncakeGoConnector(KVConnectorBase_V1):
@@ -227,6 +299,9 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         super().__init__(vllm_config, role, kv_cache_config) if _accepts_cache_config() else super().__init__(vllm_config, role)
         self._kv_cache_config = kv_cache_config
         self._settings = settings_from(vllm_config, role)
+        unknown = sorted(set(self._settings["kv_connector_extra_config"]) - KNOWN_EXTRA_KEYS)
+        if unknown:
+            logger.warning("mooncake_go: kv_connector_extra_config keys not used by MooncakeGoConnector: %s", ", ".join(unknown))
         self._mode = self._settings["kv_connector_extra_config"].get("mc_mode", "store")
         self._layerwise = bool(self._settings["kv_connector_extra_config"].get("mc_layerwise", False))
         self._layer_index = {}
@@ -241,6 +316,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
 
     # ---- scheduler side -------------------------------------------------
 
+    @_safe((0, False))
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         args = {
             "req_id": request.request_id,
@@ -256,6 +332,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             return 0, False
         return n, (is_async and n > 0)
 
+    @_safe(None)
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         self._reqs[request.request_id] = request
         ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
@@ -276,6 +353,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
             params["do_remote_prefill"] = False  # the receive is planned once
 
+    @_safe(MooncakeGoMetadata)
     def build_connector_meta(self, scheduler_output):
         preempted = set(getattr(scheduler_output, "preempted_req_ids", None) or ())
         for nr in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
@@ -321,6 +399,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output):
         return None
 
+    @_safe((False, None))
     def request_finished(self, request, block_ids):
         rid = request.request_id
         self._reqs.pop(rid, None)
@@ -354,6 +433,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         self._c.register_kv_caches(regions_of(kv_caches, nb))
 
+    @_safe(None)
     def handle_preemptions(self, arg):
         """Fences preempted requests before vLLM reuses their blocks. Older
         vLLM passes the set of request ids, newer the step's metadata (whose
@@ -373,6 +453,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             except _abi.MooncakeError as e:
                 logger.error("mooncake_go: handle_preemptions: %s", e)
 
+    @_safe(None)
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._connector_metadata
         data = meta.data if isinstance(meta, MooncakeGoMetadata) else b""
@@ -381,6 +462,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         except _abi.MooncakeError as e:
             logger.error("mooncake_go: start_load_kv: %s", e)
 
+    @_safe(None)
     def wait_for_layer_load(self, layer_name):
         """Layer-wise mode: waits for this layer of the step's synchronous
         loads. Otherwise whole blocks landed before start_load_kv returned
@@ -392,6 +474,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         except _abi.MooncakeError as e:  # its blocks are reported failed
             logger.warning("mooncake_go: wait_for_layer_load(%s): %s", layer_name, e)
 
+    @_safe(None)
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         """Layer-wise mode: this layer's blocks of the step may be saved now.
         Otherwise whole blocks are saved after the forward (wait_for_save)."""
@@ -402,12 +485,14 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         except _abi.MooncakeError as e:
             logger.error("mooncake_go: save_kv_layer(%s): %s", layer_name, e)
 
+    @_safe(None)
     def wait_for_save(self):
         try:
             self._c.wait_for_save()
         except _abi.MooncakeError as e:
             logger.error("mooncake_go: wait_for_save: %s", e)
 
+    @_safe((None, None))
     def get_finished(self, finished_req_ids):
         out, err = self._c.get_finished()
         if err is not None:
@@ -418,6 +503,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         recving = set(out.get("recving") or ())
         return (sending or None), (recving or None)
 
+    @_safe(set)
     def get_block_ids_with_load_errors(self):
         with self._lock:
             failed, self._failed = self._failed, set()
@@ -432,9 +518,14 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         return self._c.take_stats()
 
     def shutdown(self):
+        """Closes the connector (waits for its jobs, unmounts its segment);
+        a failure is logged, never raised."""
         c, self._c = getattr(self, "_c", None), None
         if c is not None:
-            c.close()
+            try:
+                c.close()
+            except Exception as e:
+                logger.error("mooncake_go: shutdown: %s", e)
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config):
