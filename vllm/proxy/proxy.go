@@ -199,8 +199,8 @@ func (p *Proxy) completion(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	if err := dec.Decode(&body); err != nil || body == nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "", "request body is not a JSON object")
+	if err := dec.Decode(&body); err != nil || body == nil || dec.More() {
+		writeError(w, http.StatusBadRequest, "invalid_request", "", "request body is not one JSON object")
 		return
 	}
 	id, err := p.cfg.NewID()
@@ -242,7 +242,7 @@ func (p *Proxy) completion(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "proxy_error", "", "encoding decode request: "+err.Error())
 		return
 	}
-	resp, err := p.post(r, dURL+r.URL.Path, id, dbody)
+	resp, err := p.post(r, dURL+r.URL.RequestURI(), id, dbody)
 	if err != nil {
 		p.cfg.Logger.Warn("proxy: decode failed", "instance", dURL, "request_id", id, "err", err)
 		writeError(w, http.StatusBadGateway, "decode_failed", dURL, fmt.Sprintf("decode instance %s failed: %v", dURL, err))
@@ -281,7 +281,7 @@ func (p *Proxy) prefillCall(r *http.Request, pf Prefill, id string, body map[str
 	if err != nil {
 		return nil, err
 	}
-	resp, err := p.post(r, pf.URL+r.URL.Path, id, b)
+	resp, err := p.post(r, pf.URL+r.URL.RequestURI(), id, b)
 	if err != nil {
 		return nil, err
 	}

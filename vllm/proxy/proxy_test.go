@@ -44,7 +44,7 @@ func newFake(t *testing.T, h func(w http.ResponseWriter, r *http.Request, body m
 			}
 		}
 		f.mu.Lock()
-		f.reqs = append(f.reqs, seen{r.URL.Path, r.Header.Get("X-Request-Id"), r.Header.Get("Authorization"), body})
+		f.reqs = append(f.reqs, seen{r.URL.RequestURI(), r.Header.Get("X-Request-Id"), r.Header.Get("Authorization"), body})
 		f.mu.Unlock()
 		h(w, r, body)
 	}))
@@ -364,5 +364,24 @@ func TestNewUUID(t *testing.T) {
 	b, _ := NewUUID()
 	if len(a) != 36 || a[14] != '4' || !strings.ContainsRune("89ab", rune(a[19])) || a == b {
 		t.Fatalf("uuids %q %q", a, b)
+	}
+}
+
+// TestQueryAndTrailingData: the query string reaches both instances; a
+// body with data after its JSON object is refused with 400.
+func TestQueryAndTrailingData(t *testing.T) {
+	pf, df := newFake(t, prefillOK), newFake(t, decodeJSON)
+	_, s := newProxy(t, []Prefill{{URL: pf.srv.URL}}, []string{df.srv.URL})
+	if resp, body := post(t, s, "/v1/completions?api-version=2", `{"prompt":"x"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	for _, f := range []*fake{pf, df} {
+		if g := f.got(); len(g) != 1 || g[0].path != "/v1/completions?api-version=2" {
+			t.Errorf("instance got %+v, want the query string kept", g)
+		}
+	}
+	resp, body := post(t, s, "/v1/completions", `{"prompt":"x"} trailing`)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "one JSON object") {
+		t.Errorf("trailing data: %d %s", resp.StatusCode, body)
 	}
 }

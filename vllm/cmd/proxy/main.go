@@ -42,13 +42,13 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr s
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "proxy: %v\n%s", err, proxy.Usage)
+		fmt.Fprintf(stderr, "%v\n%s", err, proxy.Usage)
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	p, err := proxy.New(proxy.Config{Prefill: a.Prefill, Decode: a.Decode, Logger: log})
 	if err != nil {
-		fmt.Fprintf(stderr, "proxy: %v\n", err)
+		fmt.Fprintf(stderr, "%v\n", err)
 		return 2
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(a.Host, strconv.Itoa(a.Port)))
