@@ -3,7 +3,8 @@
 # single-stream loopback throughput and a single-thread memcpy baseline, then
 # the transfer engine (mooncake bench transfer, loopback mode: target and
 # initiator engines over real sockets) at 1 MiB and 64 KiB blocks, batch 128,
-# and prints our figures as ratios of the baselines.
+# and prints our figures as ratios of the baselines (tcp against an iperf3
+# run made just before it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/mooncake}
@@ -20,35 +21,47 @@ for _ in $(seq 100); do
   python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1',$port)))" 2>/dev/null && break
   sleep 0.05
 done
-iperf=$(iperf3 -c 127.0.0.1 -p "$port" -t "$DUR" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)')
+iperf_run() { iperf3 -c 127.0.0.1 -p "$port" -t "$DUR" -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e9)'; }
+iperf=$(iperf_run)
 memcpy=$("$BIN" bench memcpy --block_size 1MiB --duration "${DUR}s" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])')
 
 run() { "$BIN" bench transfer --protocol "$1" --operation "$2" --block_size "$3" --batch_size 128 --duration "${DUR}s" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])'; }
 
+# On a shared machine the load drifts during the run, so each tcp figure is
+# also divided by an iperf3 run made just before it ("adjacent"); the
+# x iperf3 column uses the adjacent run for tcp and the first one for shm.
+printf 'load average at start: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf 'baseline  iperf3 single-stream loopback  %.3f GB/s\n' "$iperf"
 printf 'baseline  memcpy single thread 1 MiB     %.3f GB/s\n' "$memcpy"
 declare -A ours  # "proto op block" -> GB/s, for the upstream comparison below
 for proto in tcp shm; do
   for op in write read; do
     for bs in 1MiB 64KiB; do
+      base=$iperf note=""
+      if [ "$proto" = tcp ]; then
+        base=$(iperf_run)
+        note=$(printf ', adjacent iperf3 %.3f GB/s' "$base")
+      fi
       read -r gbps p50 p99 < <(run "$proto" "$op" "$bs")
       ours["$proto $op $bs"]=$gbps
-      printf '%-4s %-5s block %-6s batch 128: %7.3f GB/s  = %.2f x iperf3, %.2f x memcpy   (batch p50 %.2f ms, p99 %.2f ms)\n' \
-        "$proto" "$op" "$bs" "$gbps" "$(python3 -c "print($gbps/$iperf)")" "$(python3 -c "print($gbps/$memcpy)")" "$p50" "$p99"
+      printf '%-4s %-5s block %-6s batch 128: %7.3f GB/s  = %.2f x iperf3, %.2f x memcpy   (batch p50 %.2f ms, p99 %.2f ms%s)\n' \
+        "$proto" "$op" "$bs" "$gbps" "$(python3 -c "print($gbps/$base)")" "$(python3 -c "print($gbps/$memcpy)")" "$p50" "$p99" "$note"
     done
   done
 done
+printf 'load average at end: %s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Upstream reference: where the upstream wheel (requirements-bench.txt) installs,
 # run its transfer engine over TCP loopback (two processes, P2PHANDSHAKE) with
 # the same block and batch sizes, and print ours as a ratio of it. Skipped,
-# with the reason, where it cannot be installed or does not run.
+# with the reason, where it cannot be installed or does not run, or with
+# UPSTREAM=0.
 VENV=${VENV_BENCH:-.venv-bench}
 upstream_log=$(mktemp)
 trap 'kill $srv 2>/dev/null || true; rm -f "$upstream_log"' EXIT
 upstream_ready() { [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'from mooncake.engine import TransferEngine' >"$upstream_log" 2>&1; }
 upstream_why=""
-if ! upstream_ready; then
+if [ "${UPSTREAM:-1}" != 0 ] && ! upstream_ready; then
   if ! { [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV" >"$upstream_log" 2>&1; }; then
     upstream_why="python3 -m venv $VENV failed: $(tail -n 1 "$upstream_log")"
   elif ! "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements-bench.txt >"$upstream_log" 2>&1; then
@@ -57,7 +70,9 @@ if ! upstream_ready; then
     upstream_why="import mooncake.engine failed (missing system libraries? apt-get install -y libibverbs1 libnuma1 libcurl4): $(tail -n 1 "$upstream_log")"
   fi
 fi
-if [ -n "$upstream_why" ]; then
+if [ "${UPSTREAM:-1}" = 0 ]; then
+  echo "upstream  skipped: UPSTREAM=0"
+elif [ -n "$upstream_why" ]; then
   echo "upstream  skipped: $upstream_why"
 else
   for op in write read; do
