@@ -222,3 +222,51 @@ func TestSSDTierBadConfig(t *testing.T) {
 	_, err = tc.NewClient(ctx, client.Config{LocalHostname: "samedir", GlobalSegmentSize: 1 << 20, StorageRootDir: dir})
 	wantErr(t, "disk tier in a directory in use", err, store.ErrInvalidParams)
 }
+
+// TestSSDTierSequentialReadUnderDRAMPressure is the reviewer's sequence,
+// scaled down: a write-through pool whose node has 4 MiB of DRAM takes 40
+// x 256 KiB, then a pure client reads every key once, in order, without
+// retrying. Each disk-only read stages its object into the node's DRAM and
+// leases it, so the DRAM fills with leased copies after 16 reads; the
+// reads after that must make room (dropping DRAM copies already on disk)
+// or wait for a lease to end, never fail. Every value reads back byte for
+// byte, the older ones from disk.
+func TestSSDTierSequentialReadUnderDRAMPressure(t *testing.T) {
+	const (
+		segment = 4 << 20
+		value   = 256 << 10
+		objects = 40
+		seed    = 43
+		lease   = 300 * time.Millisecond
+	)
+	ctx := testContext(t)
+	cl, err := localcluster.Start(ctx, localcluster.Options{
+		Nodes: 1, SegmentSize: segment, StorageRootDir: t.TempDir(), StorageQuota: 64 << 20,
+		Master: master.Config{EnableOffload: true, DefaultLeaseTTL: lease},
+	})
+	if err != nil {
+		t.Fatalf("start pool: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	c := newClient(t, cl, "client")
+	for i := range objects {
+		if err := c.Put(ctx, tierKey(i), valueFor(seed, i, value), nil); err != nil {
+			t.Fatalf("put %s: %v", tierKey(i), err)
+		}
+	}
+	waitFor(t, ctx, "every put on disk", func() bool { return stats(t, ctx, c).DiskObjects == objects })
+	before := stats(t, ctx, c)
+	start := time.Now()
+	for i := range objects {
+		mustGet(t, ctx, c, tierKey(i), valueFor(seed, i, value))
+	}
+	after := stats(t, ctx, c)
+	hits := after.DiskHits - before.DiskHits
+	if min := uint64(objects - segment/value); hits < min {
+		t.Fatalf("%d reads served from disk, want at least %d", hits, min)
+	}
+	if after.DiskMisses != 0 || after.Used > segment {
+		t.Fatalf("%d disk misses, %d bytes of DRAM used; want 0, <= %d", after.DiskMisses, after.Used, segment)
+	}
+	t.Logf("%d reads in %v, %d from disk", objects, time.Since(start).Round(time.Millisecond), hits)
+}

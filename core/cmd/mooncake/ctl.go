@@ -211,7 +211,7 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 			if st.DiskCapacity > 0 {
 				fmt.Fprintf(tw, "disk\t%d of %d bytes (%s), %d objects\n", st.DiskUsed, st.DiskCapacity, geometry.FormatSize(int64(st.DiskCapacity)), st.DiskObjects)
 				fmt.Fprintf(tw, "offloads\t%d (%d failed), %d pending bytes\n", st.Offloads, st.OffloadFailures, st.PendingOffloadBytes)
-				fmt.Fprintf(tw, "disk_reads\t%d hits, %d misses (corrupt or missing files), %d files evicted\n", st.DiskHits, st.DiskMisses, st.DiskEvictions)
+				fmt.Fprintf(tw, "disk_reads\t%d hits, %d misses (corrupt or missing files, tiers gone), %d files evicted\n", st.DiskHits, st.DiskMisses, st.DiskEvictions)
 			}
 			return tw.Flush()
 		}),

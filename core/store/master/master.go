@@ -247,7 +247,7 @@ type Stats struct {
 	Offloads               uint64 // offloads that succeeded (LOCAL_DISK replicas added)
 	OffloadFailures        uint64 // offloads the owner reported failed
 	DiskHits               uint64 // loads from disk that succeeded (reads served from disk)
-	DiskMisses             uint64 // loads that failed (corrupt or missing file): objects dropped
+	DiskMisses             uint64 // loads that failed (corrupt or missing file, or the tier left with its node): objects dropped
 	DiskEvictions          uint64 // LOCAL_DISK replicas dropped because the owner evicted the file
 	TierTaskTimeouts       uint64 // tasks abandoned past their deadline
 	PendingOffloadBytes    uint64 // DRAM to be freed by offloads queued by eviction
@@ -280,6 +280,7 @@ type Master struct {
 
 	nextID       uint64                 // next object id
 	tierSeq      uint64                 // see TierSeq
+	spaceSeq     uint64                 // see SpaceSeq
 	pendingFree  uint64                 // DRAM bytes offloads queued by eviction will free
 	inflight     map[*tierTask]struct{} // taken tier tasks
 	diskCapacity uint64                 // bytes over all disk tiers
@@ -459,38 +460,59 @@ func (m *Master) descs(o *object) []Replica {
 // Mirrors upstream PutStart, except that upstream evicts asynchronously and
 // fails this call.
 func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([]Replica, error) {
+	reps, _, err := m.putStart(client, key, size, cfg, true)
+	return reps, err
+}
+
+// TryPutStart is PutStart for a caller that can wait: when nothing fits
+// but offloads queued by eviction (Config.OffloadOnEvict, or write-through
+// copies not finished yet) will free DRAM, it returns wait = true with
+// NO_AVAILABLE_HANDLE, not counted in Stats.AllocFailures; the caller
+// waits for TierSeq or SpaceSeq to change and tries again, and ends with
+// PutStart when it stops waiting.
+func (m *Master) TryPutStart(client, key string, size uint64, cfg ReplicaConfig) (reps []Replica, wait bool, err error) {
+	return m.putStart(client, key, size, cfg, false)
+}
+
+func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, final bool) ([]Replica, bool, error) {
 	if err := checkKey(key); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if size == 0 {
-		return nil, store.Errorf(store.InvalidParams, "key %q: value size 0", key)
+		return nil, false, store.Errorf(store.InvalidParams, "key %q: value size 0", key)
 	}
 	if cfg.ReplicaNum <= 0 {
-		return nil, store.Errorf(store.InvalidParams, "key %q: replica_num %d", key, cfg.ReplicaNum)
+		return nil, false, store.Errorf(store.InvalidParams, "key %q: replica_num %d", key, cfg.ReplicaNum)
 	}
 	m.touchClient(client)
 	now := m.cfg.Now()
 	m.releaseDiscards(now)
 	if o, ok := m.objects[key]; ok {
 		if o.complete || now.Sub(o.started) < m.cfg.PutStartDiscardTimeout {
-			return nil, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
+			return nil, false, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
 		}
 		// Take over a stale write: its writer may still be writing, so its
 		// space is only released after PutStartReleaseTimeout.
 		m.discard(o, now)
 	}
 	if size > m.capacity {
-		return nil, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
+		return nil, false, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
 	}
 	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, id: m.nextID}
 	m.nextID++
 	m.allocate(o, cfg, now)
 	if len(o.replicas) == 0 {
-		m.stats.AllocFailures++
-		return nil, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
+		wait := !final && m.pendingFree > 0
+		if !wait {
+			m.stats.AllocFailures++
+		}
+		if m.pendingFree > 0 {
+			return nil, wait, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes; %d bytes evicted to the disk tier are still being copied there (asynchronous eviction): retry", key, size, m.pendingFree)
+		}
+		return nil, wait, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
 	}
 	m.adopt(o, cfg.ReplicaNum)
-	return m.descs(o), nil
+	return m.descs(o), false, nil
 }
 
 // evictTarget is the bytes one eviction pass frees: eviction_ratio of the
@@ -664,6 +686,7 @@ func (m *Master) releaseDiscards(now time.Time) {
 			if sz, ok := r.seg.alloc.SizeOf(r.offset); ok {
 				m.stats.DiscardedBytes -= sz
 				m.used -= sz
+				m.spaceSeq++
 				_ = r.seg.alloc.Free(r.offset)
 			}
 		}

@@ -29,42 +29,62 @@ func (o *object) softPinned(now time.Time) bool {
 
 // evict frees least recently used complete objects that are neither leased
 // nor hard-pinned until target bytes were freed or no candidate is left:
-// first those not soft-pinned, then, if still short and allowed, the
+// first the DRAM copies of objects that also have a LOCAL_DISK replica
+// (dropping those loses nothing and frees the space at once), then the
+// others not soft-pinned, then, if still short and allowed, the
 // soft-pinned ones. An object with a LOCAL_DISK replica loses only its
 // DRAM replicas; with Config.OffloadOnEvict an object that can go to a
-// disk tier is queued for offload instead of dropped, and DRAM already
-// queued that way (Stats.PendingOffloadBytes) counts towards target. An
-// object with a tier task in flight is skipped. It returns the bytes
-// freed now.
+// disk tier is queued for offload instead of dropped, and so is, in
+// write-through mode, an object whose offload is queued but not taken
+// yet; DRAM already queued that way (Stats.PendingOffloadBytes) counts
+// towards target. An object with a tier task in flight is skipped. It
+// returns the bytes freed now.
 func (m *Master) evict(now time.Time, target uint64) uint64 {
 	m.stats.EvictionRuns++
 	queued := m.pendingFree
-	freed := m.evictPass(now, target, false, &queued)
-	if freed+queued < target && !m.cfg.NoEvictSoftPinned {
-		freed += m.evictPass(now, target-freed, true, &queued)
+	var freed uint64
+	for _, p := range []struct{ soft, diskOnly bool }{{false, true}, {false, false}, {true, false}} {
+		if freed+queued >= target || (p.soft && m.cfg.NoEvictSoftPinned) {
+			break
+		}
+		if p.diskOnly && m.diskCapacity == 0 {
+			continue
+		}
+		freed += m.evictPass(now, target-freed, p.soft, p.diskOnly, &queued)
 	}
 	return freed
 }
 
 // evictPass walks the LRU list from its least recently used end, taking
-// candidates whose soft pin state is soft, until freed plus *queued
-// reaches target.
-func (m *Master) evictPass(now time.Time, target uint64, soft bool, queued *uint64) uint64 {
+// candidates whose soft pin state is soft (only those with a LOCAL_DISK
+// replica when diskOnly), until freed plus *queued reaches target.
+func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, queued *uint64) uint64 {
 	var freed uint64
 	for o := m.lru.prev; o != &m.lru && freed+*queued < target; {
 		prev := o.prev
-		if !m.evictable(o, now) || o.softPinned(now) != soft {
+		if !m.evictable(o, now) || o.softPinned(now) != soft || (diskOnly && o.disk == nil) {
 			o = prev
 			continue
 		}
+		n := o.size * uint64(len(o.replicas))
 		if t := o.task; t != nil {
 			if t.taken || t.evict {
 				o = prev // busy, or already on its way out
 				continue
 			}
-			m.cancelTask(o, nil) // a write-through offload not started yet
+			if t.kind == TaskOffload {
+				// A write-through offload not started yet: let it
+				// finish, then free the DRAM (dropping the object
+				// would lose it).
+				t.evict = true
+				t.pending = n
+				m.pendingFree += n
+				*queued += n
+				o = prev
+				continue
+			}
+			m.cancelTask(o, nil)
 		}
-		n := o.size * uint64(len(o.replicas))
 		if o.disk != nil {
 			freed += n
 			m.countEviction(o)

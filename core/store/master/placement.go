@@ -108,6 +108,7 @@ func describe(o *object, r replica, st ReplicaStatus) Replica {
 // freeReplica releases r's ranges, except those on gone (a segment being
 // unmounted, whose allocator is dropped whole).
 func (m *Master) freeReplica(o *object, r replica, gone *segment) {
+	m.spaceSeq++
 	for _, p := range r.parts(o.size) {
 		if p.seg == gone {
 			m.used -= p.size
@@ -140,6 +141,9 @@ func (m *Master) dropReplicasOn(o *object, s *segment) {
 		t.pending = np
 	}
 	if t := o.task; t != nil && (t.tier.seg == s || (t.kind == TaskLoad && t.staging.seg == s)) {
+		if t.kind == TaskLoad {
+			m.stats.DiskMisses++ // a reader waits for it: its node left
+		}
 		m.cancelTask(o, s)
 	}
 	if o.disk != nil && o.disk.seg == s {

@@ -215,15 +215,19 @@ func (m *Master) dropTier(s *segment) {
 	if t == nil {
 		return
 	}
-	for o := range s.objects {
+	cancel := func(o *object) {
 		if o.task != nil && o.task.tier == t {
+			if o.task.kind == TaskLoad {
+				m.stats.DiskMisses++ // a reader waits for it
+			}
 			m.cancelTask(o, nil)
 		}
 	}
+	for o := range s.objects {
+		cancel(o)
+	}
 	for o := range t.objects {
-		if o.task != nil && o.task.tier == t {
-			m.cancelTask(o, nil)
-		}
+		cancel(o)
 		m.detachDisk(o)
 		if len(o.replicas) == 0 {
 			m.forget(o)
@@ -461,13 +465,16 @@ func (m *Master) countEviction(o *object) {
 
 // GetOrLoad is GetReplicaList that starts serving a disk-only object: when
 // key's only replica is on a disk tier, it allocates a staging range on the
-// tier's segment (evicting if needed), queues a load for the owner, leases
-// the object and returns loading = true with no replicas; the caller waits
-// for TierSeq to change and asks again, and gets the staged DRAM replica
-// once the load succeeded, or OBJECT_NOT_FOUND once it failed (a corrupt
-// or missing file). While the load is queued or in flight, loading stays
-// true. Errors: as GetReplicaList; NO_AVAILABLE_HANDLE (no room to stage
-// the value on the tier's segment, even after eviction).
+// tier's segment (evicting if needed: DRAM copies of objects already on
+// disk first, then by the usual policy), queues a load for the owner,
+// leases the object and returns loading = true with no replicas; the
+// caller waits for TierSeq to change and asks again, and gets the staged
+// DRAM replica once the load succeeded, or OBJECT_NOT_FOUND once it failed
+// (a corrupt or missing file, or the tier went away with its node). While
+// the load is queued or in flight, loading stays true. Errors: as
+// GetReplicaList; NO_AVAILABLE_HANDLE (no room to stage the value on the
+// tier's segment, even after eviction: StagingRetry says whether waiting
+// may help).
 func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loading bool, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, 0, false, err
@@ -479,11 +486,12 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 	if !o.complete {
 		return nil, 0, false, store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
 	}
-	m.grant(o)
 	if len(o.replicas) > 0 {
+		m.grant(o)
 		return m.descs(o), m.cfg.DefaultLeaseTTL, false, nil
 	}
 	if o.task != nil && o.task.kind == TaskLoad {
+		m.grant(o)
 		return nil, m.cfg.DefaultLeaseTTL, true, nil
 	}
 	if o.disk == nil { // unreachable: an object keeps a replica
@@ -501,15 +509,56 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 		off, err = seg.alloc.Alloc(o.size, allocAlign)
 	}
 	if err != nil {
+		// No lease: a disk-only object holds no DRAM, and a lease would
+		// keep a failed reader's object from being dropped meanwhile.
 		m.stats.AllocFailures++
 		return nil, 0, false, store.Errorf(store.NoAvailableHandle, "key %q is on the disk tier of segment %q, which has no %d free bytes of DRAM to stage it", key, seg.ID, o.size)
 	}
+	m.grant(o)
 	staging := replica{seg: seg, offset: off}
 	seg.objects[o] = struct{}{}
 	m.used += o.size
 	m.queueTask(&tierTask{kind: TaskLoad, o: o, tier: o.disk, staging: staging})
 	return nil, m.cfg.DefaultLeaseTTL, true, nil
 }
+
+// StagingRetry tells a reader whose GetOrLoad of key was refused with
+// NO_AVAILABLE_HANDLE whether asking again may succeed, and when: wait is
+// true while DRAM of the tier's segment is held by leases or hard pins
+// that will end, by offloads queued by eviction, or by loads in flight
+// (their objects become evictable once their leases end); at is the first
+// moment a lease on that segment ends (zero when none does: wait for
+// TierSeq or SpaceSeq to change instead). wait is false for a key that
+// is no longer disk-only (ask again at once), gone, or larger than the
+// segment.
+func (m *Master) StagingRetry(key string) (at time.Time, wait bool) {
+	o, ok := m.objects[key]
+	if !ok || !o.complete || len(o.replicas) > 0 || o.disk == nil || o.task != nil {
+		return time.Time{}, false
+	}
+	seg := o.disk.seg
+	if o.size > seg.Size {
+		return time.Time{}, false
+	}
+	now := m.cfg.Now()
+	wait = m.pendingFree > 0
+	for x := range seg.objects {
+		if x.task != nil && x.task.kind == TaskLoad {
+			wait = true
+		}
+		if x.complete && !x.hardPin && x.leaseUntil.After(now) {
+			wait = true
+			if at.IsZero() || x.leaseUntil.Before(at) {
+				at = x.leaseUntil
+			}
+		}
+	}
+	return at, wait
+}
+
+// SpaceSeq changes whenever DRAM of a segment is freed; a server watches
+// it, with TierSeq, to retry staging and puts that found no room.
+func (m *Master) SpaceSeq() uint64 { return m.spaceSeq }
 
 // expireTasks abandons taken tasks whose deadline passed.
 func (m *Master) expireTasks(now time.Time) {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,8 +236,10 @@ func TestLoadFailureIsMiss(t *testing.T) {
 }
 
 // TestWriteThrough: without offload_on_evict every put is offloaded at
-// once and keeps its DRAM; eviction then drops only the DRAM. An offload
-// still queued when eviction comes is cancelled and the object dropped.
+// once and keeps its DRAM; eviction then drops only the DRAM, objects
+// already on disk first. An offload still queued when eviction comes is
+// kept, and the object's DRAM goes once the copy is on disk (dropping it
+// would lose it).
 func TestWriteThrough(t *testing.T) {
 	m, clk := tierMaster(t, false, nil)
 	mustPut(t, m, "w", "k1", 200, 1)
@@ -251,18 +254,27 @@ func TestWriteThrough(t *testing.T) {
 	mustPut(t, m, "w", "k2", 200, 1) // its offload stays queued
 	mustPut(t, m, "w", "k3", 200, 1)
 	clk.Advance(2 * time.Second)
-	m.Tick() // 600 > 500: frees 300 bytes: k1 (DRAM only), k2 (dropped)
+	m.Tick() // 600 > 500: frees 300 bytes: k1 (DRAM only), k2 (once copied)
 	if got := replicaTypes(t, m, "k1"); len(got) != 1 || got[0] != ReplicaLocalDisk {
 		t.Fatalf("k1: %v; want LOCAL_DISK only", got)
 	}
-	if _, err := m.Stat("k2"); store.CodeOf(err) != store.ObjectNotFound {
-		t.Fatalf("k2: %v; want dropped", err)
+	if st := m.Stats(); st.PendingOffloadBytes != 200 || st.Used != 400 {
+		t.Fatalf("after the tick: %d bytes pending offload, %d used; want 200, 400", st.PendingOffloadBytes, st.Used)
 	}
 	ts = take(t, m, 10)
-	if len(ts) != 1 || ts[0].Key != "k3" {
-		t.Fatalf("tasks %+v; want only k3's offload (k2's was cancelled)", ts)
+	if len(ts) != 2 || ts[0].Key != "k2" || ts[1].Key != "k3" {
+		t.Fatalf("tasks %+v; want k2's and k3's offloads", ts)
 	}
-	if st := m.Stats(); st.EvictedObjects != 2 || st.Used != 200 || st.Offloads != 1 {
+	for _, task := range ts {
+		report(t, m, task, true)
+	}
+	if got := replicaTypes(t, m, "k2"); len(got) != 1 || got[0] != ReplicaLocalDisk {
+		t.Fatalf("k2: %v; want LOCAL_DISK only", got)
+	}
+	if got := replicaTypes(t, m, "k3"); len(got) != 2 {
+		t.Fatalf("k3: %v; want DRAM + LOCAL_DISK", got)
+	}
+	if st := m.Stats(); st.EvictedObjects != 2 || st.Used != 200 || st.Offloads != 3 || st.PendingOffloadBytes != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -403,5 +415,177 @@ func TestUnmountLocalDisk(t *testing.T) {
 	wantCode(t, "take after unmount", err, store.UnableOffload)
 	if st := m.Stats(); st.DiskCapacity != 0 || st.Objects != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// offloadAll takes every queued task of segment "a" and reports it done.
+func offloadAll(t *testing.T, m *Master) {
+	t.Helper()
+	for _, task := range take(t, m, 100) {
+		report(t, m, task, true)
+	}
+}
+
+// stage reads key, a disk-only object, until it is staged: GetOrLoad
+// starts the load, the owner completes it.
+func stage(t *testing.T, m *Master, key string) {
+	t.Helper()
+	if _, _, loading, err := m.GetOrLoad(key); !loading || err != nil {
+		t.Fatalf("GetOrLoad(%q) = loading %v, %v; want a load", key, loading, err)
+	}
+	ts := take(t, m, 10)
+	if len(ts) != 1 || ts[0].Kind != TaskLoad || ts[0].Key != key {
+		t.Fatalf("tasks %+v; want the load of %q", ts, key)
+	}
+	report(t, m, ts[0], true)
+	if rs, _, err := m.GetReplicaList(key); err != nil || len(rs) != 1 {
+		t.Fatalf("GetReplicaList(%q) after its load: %+v, %v", key, rs, err)
+	}
+}
+
+// TestStagingEvictsDiskCopiesAndWaitsForLeases: staging a disk-only
+// object drops the DRAM of objects already on disk (least recently used
+// first); when every such copy is leased, GetOrLoad refuses with
+// NO_AVAILABLE_HANDLE and StagingRetry names the moment the first lease
+// ends, after which staging succeeds.
+func TestStagingEvictsDiskCopiesAndWaitsForLeases(t *testing.T) {
+	m, clk := tierMaster(t, false, nil) // write-through: every put is copied
+	for _, k := range []string{"d1", "d2", "d3"} {
+		mustPut(t, m, "w", k, 300, 1)
+		offloadAll(t, m)
+	}
+	mustPut(t, m, "w", "d4", 300, 1) // evicts d1's DRAM (on disk already)
+	offloadAll(t, m)
+	if got := replicaTypes(t, m, "d1"); len(got) != 1 || got[0] != ReplicaLocalDisk {
+		t.Fatalf("d1: %v; want LOCAL_DISK only", got)
+	}
+	// Each read stages its object over the least recently used copy that
+	// is also on disk: d2's, d3's, then d4's DRAM goes.
+	for i, k := range []string{"d1", "d2", "d3"} {
+		stage(t, m, k)
+		victim := []string{"d2", "d3", "d4"}[i]
+		if got := replicaTypes(t, m, victim); len(got) != 1 || got[0] != ReplicaLocalDisk {
+			t.Fatalf("after staging %s, %s: %v; want LOCAL_DISK only", k, victim, got)
+		}
+	}
+	// d1..d3 are leased (900 of 1000 bytes): no room for d4.
+	failures := m.Stats().AllocFailures
+	_, _, loading, err := m.GetOrLoad("d4")
+	if loading {
+		t.Fatal("d4 loading without room to stage it")
+	}
+	wantCode(t, "stage d4 with every DRAM copy leased", err, store.NoAvailableHandle)
+	if st := m.Stats(); st.AllocFailures != failures+1 || st.Used != 900 {
+		t.Fatalf("after the refusal: %d alloc failures (want %d), %d used (want 900)", st.AllocFailures, failures+1, st.Used)
+	}
+	at, wait := m.StagingRetry("d4")
+	d1, _ := m.Stat("d1")
+	if end := clk.Now().Add(d1.LeaseLeft); !wait || !at.Equal(end) {
+		t.Fatalf("StagingRetry(d4) = %v, %v; want true at d1's lease end %v", at, wait, end)
+	}
+	if _, wait := m.StagingRetry("d1"); wait {
+		t.Fatal("StagingRetry of an object in DRAM says wait")
+	}
+	clk.Advance(at.Sub(clk.Now()))
+	stage(t, m, "d4")
+	if got := replicaTypes(t, m, "d1"); len(got) != 1 || got[0] != ReplicaLocalDisk {
+		t.Fatalf("d1 after its lease ended: %v; want LOCAL_DISK only (its DRAM staged d4)", got)
+	}
+	if st := m.Stats(); st.DiskHits != 4 || st.Used != 900 || st.DiskObjects != 4 {
+		t.Fatalf("final stats %+v; want 4 disk hits, 900 used, 4 disk objects", st)
+	}
+}
+
+// TestEvictionTakesDiskCopiesFirst: an object only in DRAM outlives a more
+// recently used one that is also on disk (dropping the latter loses
+// nothing).
+func TestEvictionTakesDiskCopiesFirst(t *testing.T) {
+	m, _ := tierMaster(t, false, nil)
+	mustPut(t, m, "w", "old", 300, 1)
+	ts := take(t, m, 10)
+	report(t, m, ts[0], false) // its copy failed: DRAM only
+	mustPut(t, m, "w", "b", 300, 1)
+	mustPut(t, m, "w", "c", 300, 1)
+	offloadAll(t, m)
+	mustPut(t, m, "w", "new", 300, 1)
+	if got := replicaTypes(t, m, "old"); len(got) != 1 || got[0] != ReplicaMemory {
+		t.Fatalf("old: %v; want its DRAM replica kept", got)
+	}
+	if got := replicaTypes(t, m, "b"); len(got) != 1 || got[0] != ReplicaLocalDisk {
+		t.Fatalf("b: %v; want LOCAL_DISK only", got)
+	}
+}
+
+// TestTryPutStartWaitsForOffloads: with offload_on_evict, a put that finds
+// no room while eviction's offloads are queued is told to wait (not
+// counted as an allocation failure); PutStart then refuses naming the
+// asynchronous eviction, and the put fits once the copy is on disk.
+func TestTryPutStartWaitsForOffloads(t *testing.T) {
+	m, _ := tierMaster(t, true, func(c *Config) { c.EvictionHighWatermark = 1 })
+	for _, k := range []string{"k1", "k2", "k3"} {
+		mustPut(t, m, "w", k, 300, 1)
+	}
+	_, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1})
+	wantCode(t, "TryPutStart while k1 offloads", err, store.NoAvailableHandle)
+	if st := m.Stats(); !wait || st.AllocFailures != 0 || st.PendingOffloadBytes != 300 {
+		t.Fatalf("wait %v, %d alloc failures, %d pending; want true, 0, 300", wait, st.AllocFailures, st.PendingOffloadBytes)
+	}
+	_, err = m.PutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1})
+	wantCode(t, "PutStart while k1 offloads", err, store.NoAvailableHandle)
+	if !strings.Contains(err.Error(), "asynchronous eviction") || m.Stats().AllocFailures != 1 {
+		t.Fatalf("PutStart: %v, %d alloc failures; want the asynchronous eviction named, 1", err, m.Stats().AllocFailures)
+	}
+	seq := m.SpaceSeq()
+	offloadAll(t, m)
+	if m.SpaceSeq() == seq {
+		t.Fatal("SpaceSeq unchanged after k1's DRAM was freed")
+	}
+	if rs, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1}); err != nil || wait || len(rs) != 1 {
+		t.Fatalf("TryPutStart after the offload: %+v, %v, %v", rs, wait, err)
+	}
+	// Nothing queued (what is left is leased): no reason to wait.
+	if err := m.PutEnd("w", "big"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k2", "k3", "big"} {
+		if _, _, err := m.GetReplicaList(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, wait, err = m.TryPutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1})
+	if wait || store.CodeOf(err) != store.NoAvailableHandle {
+		t.Fatalf("TryPutStart with nothing to wait for: wait %v, %v", wait, err)
+	}
+}
+
+// TestLoadCancelledByTierLossIsMiss: a load a reader waits for, cancelled
+// because the tier went away (its node left, or unmounted the tier), is a
+// disk miss.
+func TestLoadCancelledByTierLossIsMiss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop func(m *Master) error
+	}{
+		{"segment unmounted", func(m *Master) error { return m.UnmountSegment("a", "node") }},
+		{"tier unmounted", func(m *Master) error { return m.UnmountLocalDisk("a", "node") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, clk := tierMaster(t, false, nil)
+			mustPut(t, m, "w", "k", 300, 1)
+			offloadAll(t, m)
+			m.evict(clk.Now(), 1000)
+			if _, _, loading, err := m.GetOrLoad("k"); !loading || err != nil {
+				t.Fatalf("GetOrLoad(k) = %v, %v; want a load", loading, err)
+			}
+			if err := tc.drop(m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Stat("k"); store.CodeOf(err) != store.ObjectNotFound {
+				t.Fatalf("k after the tier left: %v; want OBJECT_NOT_FOUND", err)
+			}
+			if st := m.Stats(); st.DiskMisses != 1 || st.Used != 0 {
+				t.Fatalf("disk misses %d, used %d; want 1, 0", st.DiskMisses, st.Used)
+			}
+		})
 	}
 }

@@ -101,7 +101,7 @@ func newStatsCollector(s *Server) *statsCollector {
 			c("master_offload_success_total", "Objects offloaded to a disk tier.", func(st *master.Stats) float64 { return float64(st.Offloads) }),
 			c("master_offload_failures_total", "Offloads the owner reported failed.", func(st *master.Stats) float64 { return float64(st.OffloadFailures) }),
 			c("master_file_cache_hit_nums", "Reads served from a disk tier (object staged back into DRAM).", func(st *master.Stats) float64 { return float64(st.DiskHits) }),
-			c("master_file_cache_miss_nums", "Loads from a disk tier that failed (corrupt or missing file; object dropped).", func(st *master.Stats) float64 { return float64(st.DiskMisses) }),
+			c("master_file_cache_miss_nums", "Loads from a disk tier that failed (corrupt or missing file, or the tier left with its node; object dropped).", func(st *master.Stats) float64 { return float64(st.DiskMisses) }),
 			c("master_evict_disk_replica_total", "LOCAL_DISK replicas dropped because the owner evicted the file (disk tier full).", func(st *master.Stats) float64 { return float64(st.DiskEvictions) }),
 			c("master_tier_task_timeouts_total", "Disk tier tasks abandoned past their deadline.", func(st *master.Stats) float64 { return float64(st.TierTaskTimeouts) }),
 		},

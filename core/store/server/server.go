@@ -34,6 +34,10 @@ type Server struct {
 		// owners waiting for tasks and readers waiting for loads.
 		tierSeen uint64
 		tierCh   chan struct{}
+		// spaceSeen and spaceCh do the same for the master's SpaceSeq
+		// (DRAM freed), waking reads and puts waiting for room.
+		spaceSeen uint64
+		spaceCh   chan struct{}
 	}
 	grpc    *grpc.Server
 	metrics *metrics
@@ -43,6 +47,9 @@ type Server struct {
 	// loadWait bounds how long a read waits for a disk-only object to be
 	// staged (Options.LoadWait).
 	loadWait time.Duration
+	// putWait bounds how long a put waits for offloads to free DRAM
+	// (Options.PutWait).
+	putWait time.Duration
 }
 
 // Options configures a Server.
@@ -58,8 +65,15 @@ type Options struct {
 	Interceptors []grpc.UnaryServerInterceptor
 	// LoadWait bounds how long GetReplicaList waits for a disk-only object
 	// to be staged back into DRAM by its owner before answering
-	// REPLICA_IS_NOT_READY; default 10 s.
+	// REPLICA_IS_NOT_READY; default 10 s. It includes waiting for DRAM to
+	// stage the object in (leases to end, offloads to finish).
 	LoadWait time.Duration
+	// PutWait bounds how long PutStart waits, when no DRAM is free but
+	// objects evicted to a disk tier are still being copied there, for
+	// those copies to free it, before answering NO_AVAILABLE_HANDLE;
+	// default 1 s, never past the call's deadline. Negative: no wait
+	// (upstream's behaviour).
+	PutWait time.Duration
 }
 
 // New wraps m. The caller must not use m afterwards except through the
@@ -71,12 +85,16 @@ func New(m *master.Master, opts Options) *Server {
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 	}
-	s := &Server{stop: make(chan struct{}), done: make(chan struct{}), loadWait: opts.LoadWait}
+	s := &Server{stop: make(chan struct{}), done: make(chan struct{}), loadWait: opts.LoadWait, putWait: opts.PutWait}
 	if s.loadWait <= 0 {
 		s.loadWait = 10 * time.Second
 	}
+	if s.putWait == 0 {
+		s.putWait = time.Second
+	}
 	s.mu.m = m
 	s.mu.tierCh = make(chan struct{})
+	s.mu.spaceCh = make(chan struct{})
 	s.metrics = newMetrics(opts.Registry, s)
 	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...))
 	pb.RegisterMasterServer(s.grpc, s)
@@ -107,12 +125,17 @@ func (s *Server) Do(f func(m *master.Master)) {
 }
 
 // unlock releases s.mu, first waking the tier waiters if the master's disk
-// tier tasks changed under it.
+// tier tasks changed under it, and the space waiters if DRAM was freed.
 func (s *Server) unlock() {
 	if v := s.mu.m.TierSeq(); v != s.mu.tierSeen {
 		s.mu.tierSeen = v
 		close(s.mu.tierCh)
 		s.mu.tierCh = make(chan struct{})
+	}
+	if v := s.mu.m.SpaceSeq(); v != s.mu.spaceSeen {
+		s.mu.spaceSeen = v
+		close(s.mu.spaceCh)
+		s.mu.spaceCh = make(chan struct{})
 	}
 	s.mu.Unlock()
 }
@@ -154,7 +177,10 @@ func replicas(rs []master.Replica) []*pb.Replica {
 
 // BatchPutStart implements storepb.MasterServer: PutStart per key, results
 // in input order. A sizes list of another length fails every key with
-// INVALID_PARAMS.
+// INVALID_PARAMS. A key that finds no DRAM while objects evicted to a disk
+// tier are still being copied there waits for those copies, up to
+// Options.PutWait and the call's deadline (master.TryPutStart), instead
+// of being refused at once.
 func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResult, len(req.Keys))}
 	cfg := replicaConfig(req.Config)
@@ -164,11 +190,52 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 		}
 		return out, nil
 	}
-	s.mu.Lock()
-	defer s.unlock()
-	for i, k := range req.Keys {
-		rs, err := s.mu.m.PutStart(req.ClientId, k, req.Sizes[i], cfg)
-		out.Results[i] = &pb.PutStartResult{Status: status(err), Replicas: replicas(rs)}
+	idx := make([]int, len(req.Keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	var deadline <-chan time.Time
+	final := s.putWait < 0
+	for len(idx) > 0 {
+		var waiting []int
+		s.mu.Lock()
+		for _, i := range idx {
+			k := req.Keys[i]
+			var rs []master.Replica
+			var wait bool
+			var err error
+			if final {
+				rs, err = s.mu.m.PutStart(req.ClientId, k, req.Sizes[i], cfg)
+			} else {
+				rs, wait, err = s.mu.m.TryPutStart(req.ClientId, k, req.Sizes[i], cfg)
+			}
+			if wait {
+				waiting = append(waiting, i)
+				continue
+			}
+			out.Results[i] = &pb.PutStartResult{Status: status(err), Replicas: replicas(rs)}
+		}
+		tierCh, spaceCh := s.mu.tierCh, s.mu.spaceCh
+		s.unlock()
+		idx = waiting
+		if len(idx) == 0 {
+			break
+		}
+		if deadline == nil {
+			t := time.NewTimer(s.putWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-tierCh:
+		case <-spaceCh:
+		case <-deadline:
+			final = true
+		case <-ctx.Done():
+			final = true
+		case <-s.stop:
+			final = true
+		}
 	}
 	return out, nil
 }
@@ -203,46 +270,68 @@ func (s *Server) BatchRemove(ctx context.Context, req *pb.KeysRequest) (*pb.Stat
 // DRAM by its owner first (master.GetOrLoad): the call waits for that, up
 // to Options.LoadWait (and ctx), then answers with the staged replica,
 // OBJECT_NOT_FOUND when the file was corrupt or missing, or
-// REPLICA_IS_NOT_READY when the owner did not finish in time. The lease
-// TTL reported for a key that waited includes the wait: its lease was
-// granted at the end of the wait, and the client measures the lease from
-// before its request.
+// REPLICA_IS_NOT_READY when the owner did not finish in time. When the
+// tier's segment has no DRAM to stage the object in, the same budget is
+// spent waiting for room (leases ending, offloads finishing, space freed:
+// master.StagingRetry) and staging is retried; NO_AVAILABLE_HANDLE only
+// when the budget runs out or waiting cannot help. The lease TTL reported
+// for a key that waited includes the wait: its lease was granted at the
+// end of the wait, and the client measures the lease from before its
+// request.
 func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (*pb.BatchGetReplicaListResponse, error) {
 	out := &pb.BatchGetReplicaListResponse{Results: make([]*pb.GetReplicaListResult, len(req.Keys))}
-	pending := make([]int, 0)
+	idx := make([]int, len(req.Keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	loaded := make(map[int]bool) // keys whose load was queued (a later miss is a dropped disk copy)
 	var deadline <-chan time.Time
+	var retry *time.Timer
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	start := time.Now()
-	for first := true; first || len(pending) > 0; first = false {
+	for first := true; len(idx) > 0; first = false {
 		var waited time.Duration
 		if !first {
 			waited = time.Since(start).Truncate(time.Millisecond)
 		}
+		var pending []int
+		var retryAt time.Time // earliest lease end that may make room
+		var now time.Time
 		s.mu.Lock()
-		idx := pending
-		if first {
-			idx = make([]int, len(req.Keys))
-			for i := range idx {
-				idx[i] = i
-			}
-		}
-		pending = pending[:0]
 		for _, i := range idx {
 			k := req.Keys[i]
 			rs, ttl, loading, err := s.mu.m.GetOrLoad(k)
-			if loading {
+			switch {
+			case loading:
+				loaded[i] = true
 				pending = append(pending, i)
 				err = store.Errorf(store.ReplicaIsNotReady, "key %q is still being loaded from disk after %v", k, s.loadWait)
-			} else if !first && store.CodeOf(err) == store.ObjectNotFound {
-				err = store.Errorf(store.ObjectNotFound, "key %q: its disk copy could not be read back (corrupt or missing file) and was dropped", k)
+			case store.CodeOf(err) == store.NoAvailableHandle:
+				if at, wait := s.mu.m.StagingRetry(k); wait {
+					pending = append(pending, i)
+					if !at.IsZero() && (retryAt.IsZero() || at.Before(retryAt)) {
+						retryAt = at
+					}
+				}
+			case loaded[i] && store.CodeOf(err) == store.ObjectNotFound:
+				err = store.Errorf(store.ObjectNotFound, "key %q: its disk copy could not be read back (corrupt or missing file, or its node left) and was dropped", k)
 			}
 			if ttl > 0 {
 				ttl += waited
 			}
 			out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
 		}
-		wake := s.mu.tierCh
+		if !retryAt.IsZero() {
+			now = s.mu.m.Config().Now() // the master's clock sets the leases
+		}
+		tierCh, spaceCh := s.mu.tierCh, s.mu.spaceCh
 		s.unlock()
-		if len(pending) == 0 {
+		idx = pending
+		if len(idx) == 0 {
 			break
 		}
 		if deadline == nil {
@@ -250,14 +339,34 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 			defer t.Stop()
 			deadline = t.C
 		}
+		var leaseEnd <-chan time.Time
+		if !retryAt.IsZero() {
+			// Past the lease's end by a millisecond: the master's check
+			// is strict.
+			d := retryAt.Sub(now) + time.Millisecond
+			if retry == nil {
+				retry = time.NewTimer(d)
+			} else {
+				retry.Reset(d)
+			}
+			leaseEnd = retry.C
+		}
 		select {
-		case <-wake:
+		case <-tierCh:
+		case <-spaceCh:
+		case <-leaseEnd:
 		case <-deadline:
-			pending = nil
+			idx = nil
 		case <-ctx.Done():
-			pending = nil
+			idx = nil
 		case <-s.stop:
-			pending = nil
+			idx = nil
+		}
+		if retry != nil && !retry.Stop() {
+			select { // drain a fired timer before Reset (pre-Go 1.23 semantics)
+			case <-retry.C:
+			default:
+			}
 		}
 	}
 	s.metrics.lookups(out.Results)
