@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -214,13 +215,43 @@ func TestSSDTierBadConfig(t *testing.T) {
 	ctx := testContext(t)
 	_, err := cl.NewClient(ctx, client.Config{LocalHostname: "noseg", StorageRootDir: t.TempDir()})
 	wantErr(t, "disk tier without a segment", err, store.ErrInvalidParams)
-	_, err = cl.NewClient(ctx, client.Config{LocalHostname: "nooffload", GlobalSegmentSize: 1 << 20, StorageRootDir: t.TempDir()})
+	dir := filepath.Join(t.TempDir(), "tier")
+	_, err = cl.NewClient(ctx, client.Config{LocalHostname: "nooffload", GlobalSegmentSize: 1 << 20, StorageRootDir: dir})
 	wantErr(t, "disk tier on a master without enable_offload", err, store.ErrUnableOffload)
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("refused disk tier created its directory: %v", err)
+	}
 
 	tc, _ := startTierPool(t, true)
-	dir := tc.Nodes[0].DiskTier().Dir()
+	_, err = tc.NewClient(ctx, client.Config{LocalHostname: "tiny", GlobalSegmentSize: 1 << 20, StorageRootDir: dir, StorageQuota: 1})
+	wantErr(t, "disk tier of 1 byte", err, store.ErrInvalidParams)
+	dir = tc.Nodes[0].DiskTier().Dir()
 	_, err = tc.NewClient(ctx, client.Config{LocalHostname: "samedir", GlobalSegmentSize: 1 << 20, StorageRootDir: dir})
 	wantErr(t, "disk tier in a directory in use", err, store.ErrInvalidParams)
+	if st := stats(t, ctx, tc.Nodes[0]); st.DiskCapacity != 64<<20 {
+		t.Fatalf("disk capacity %d after the refused tier; want only the node's %d (the refused one unmounted)", st.DiskCapacity, 64<<20)
+	}
+}
+
+// TestSSDTierPutsWaitForOffloads: with offload_on_evict, puts that find the
+// DRAM full while eviction's copies are still being written wait for them
+// (server Options.PutWait) instead of failing with NO_AVAILABLE_HANDLE:
+// filling the pool 2.5 times over needs no retry.
+func TestSSDTierPutsWaitForOffloads(t *testing.T) {
+	_, c := startTierPool(t, true)
+	ctx := testContext(t)
+	const seed = 44
+	for i := range tierObjects {
+		if err := c.Put(ctx, tierKey(i), valueFor(seed, i, tierValue), nil); err != nil {
+			t.Fatalf("put %s: %v", tierKey(i), err)
+		}
+	}
+	for i := range tierObjects {
+		mustGet(t, ctx, c, tierKey(i), valueFor(seed, i, tierValue))
+	}
+	if st := stats(t, ctx, c); st.DiskHits == 0 || st.Offloads == 0 {
+		t.Fatalf("%d disk hits, %d offloads; want both > 0", st.DiskHits, st.Offloads)
+	}
 }
 
 // TestSSDTierSequentialReadUnderDRAMPressure is the reviewer's sequence,

@@ -208,7 +208,9 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 			fmt.Fprintf(tw, "evicted\t%d objects, %d bytes\n", st.EvictedObjects, st.EvictedBytes)
 			fmt.Fprintf(tw, "partial_puts\t%d\n", st.PartialPuts)
 			fmt.Fprintf(tw, "striped_puts\t%d\n", st.StripedPuts)
-			if st.DiskCapacity > 0 {
+			// The disk lines stay once a tier was used: its counters
+			// outlive it (a node that died, a tier unmounted).
+			if st.DiskCapacity > 0 || st.Offloads+st.OffloadFailures+st.DiskHits+st.DiskMisses+st.DiskEvictions > 0 {
 				fmt.Fprintf(tw, "disk\t%d of %d bytes (%s), %d objects\n", st.DiskUsed, st.DiskCapacity, geometry.FormatSize(int64(st.DiskCapacity)), st.DiskObjects)
 				fmt.Fprintf(tw, "offloads\t%d (%d failed), %d pending bytes\n", st.Offloads, st.OffloadFailures, st.PendingOffloadBytes)
 				fmt.Fprintf(tw, "disk_reads\t%d hits, %d misses (corrupt or missing files, tiers gone), %d files evicted\n", st.DiskHits, st.DiskMisses, st.DiskEvictions)

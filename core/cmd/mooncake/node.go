@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -11,9 +12,13 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/store/disk"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
+
+// minQuota is the smallest --quota_bytes a node accepts.
+const minQuota = 1 << 20
 
 func nodeCmd() *cobra.Command {
 	var masterAddr, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
@@ -35,6 +40,18 @@ func nodeCmd() *cobra.Command {
 			}
 			if quotaBytes > 0 && storageDir == "" {
 				return &exitError{2, "mooncake node: --quota_bytes needs --storage_root_dir"}
+			}
+			if quotaBytes > 0 && quotaBytes < minQuota {
+				return &exitError{2, fmt.Sprintf("mooncake node: --quota_bytes %s is too small for a disk tier: objects are stored whole, one file each (at least %s; 0 = 90%% of the free space)",
+					geometry.FormatSize(quotaBytes), geometry.FormatSize(minQuota))}
+			}
+			if storageDir != "" && quotaBytes > 0 {
+				if free, err := disk.Available(storageDir); err != nil {
+					return &exitError{2, "mooncake node: --storage_root_dir: " + err.Error()}
+				} else if uint64(quotaBytes) > free {
+					fmt.Fprintf(os.Stderr, "mooncake node: warning: --quota_bytes %s exceeds the %s free on the filesystem of %s: offloads will fail once the disk is full\n",
+						geometry.FormatSize(quotaBytes), geometry.FormatSize(int64(min(free, math.MaxInt64))), storageDir)
+				}
 			}
 			if protocol != "tcp" {
 				return &exitError{2, fmt.Sprintf("mooncake node: unsupported: protocol %q (built: tcp)", protocol)}

@@ -272,7 +272,7 @@ func (c *Client) heartbeat() {
 					// The master forgot our disk replicas with the
 					// segment: the files are orphans.
 					_ = c.disk.Clear()
-					_ = c.mountTier(context.Background())
+					_ = c.mountTier(context.Background(), c.disk.Capacity())
 				}
 			}
 		}

@@ -44,18 +44,30 @@ func (c *Client) openTier(ctx context.Context) error {
 	if c.segment == nil {
 		return store.Errorf(store.InvalidParams, "storage_root_dir %q needs global_segment_size > 0: the disk tier stages objects through the segment", c.cfg.StorageRootDir)
 	}
-	d, err := disk.Open(disk.Config{Dir: c.cfg.StorageRootDir, Capacity: c.cfg.StorageQuota})
+	// Ask the master first, so that a refusal (no enable_offload) leaves
+	// the directory untouched.
+	capacity, err := disk.ResolveCapacity(c.cfg.StorageRootDir, c.cfg.StorageQuota)
 	if err != nil {
 		return store.Errorf(store.InvalidParams, "storage_root_dir: %v", err)
 	}
+	if err := c.mountTier(ctx, capacity); err != nil {
+		return err
+	}
+	d, err := disk.Open(disk.Config{Dir: c.cfg.StorageRootDir, Capacity: capacity})
+	if err != nil {
+		uctx, cancel := c.rpcCtx(context.Background())
+		_, _ = c.rpc.UnmountLocalDisk(uctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: c.segID})
+		cancel()
+		return store.Errorf(store.InvalidParams, "storage_root_dir: %v", err)
+	}
 	c.disk = d
-	return c.mountTier(ctx)
+	return nil
 }
 
-func (c *Client) mountTier(ctx context.Context) error {
+func (c *Client) mountTier(ctx context.Context, capacity uint64) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	st, err := c.rpc.MountLocalDisk(ctx, &pb.MountLocalDiskRequest{ClientId: c.id, SegmentId: c.segID, Capacity: c.disk.Capacity()})
+	st, err := c.rpc.MountLocalDisk(ctx, &pb.MountLocalDiskRequest{ClientId: c.id, SegmentId: c.segID, Capacity: capacity})
 	if err != nil {
 		return rpcErr("mount local disk", err)
 	}

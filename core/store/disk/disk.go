@@ -138,25 +138,72 @@ type Store struct {
 	}
 }
 
+// MinCapacity is the smallest size limit Open accepts: room for the
+// smallest file (a one-byte value under a one-byte key).
+const MinCapacity = headerSize + 2
+
+// Available returns the bytes free to an unprivileged user on the
+// filesystem that holds dir, or would hold it: a directory that does not
+// exist yet is measured at its nearest existing ancestor, and nothing is
+// created. Errors: ErrInvalid (empty dir); the filesystem's.
+func Available(dir string) (uint64, error) {
+	if dir == "" {
+		return 0, fmt.Errorf("%w: empty storage_root_dir", ErrInvalid)
+	}
+	p, err := filepath.Abs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("disk: storage_root_dir %q: %w", dir, err)
+	}
+	for {
+		var fs syscall.Statfs_t
+		err := syscall.Statfs(p, &fs)
+		if err == nil {
+			return uint64(fs.Bavail) * uint64(fs.Bsize), nil
+		}
+		parent := filepath.Dir(p)
+		if !errors.Is(err, syscall.ENOENT) || parent == p {
+			return 0, fmt.Errorf("disk: storage_root_dir %q: statfs %s: %w", dir, p, err)
+		}
+		p = parent
+	}
+}
+
+// ResolveCapacity is the size limit Open gives a store in dir configured
+// with capacity: capacity itself, or for 0, 90% of Available(dir) (as
+// upstream's default quota). Nothing is created. Errors: ErrInvalid (empty
+// dir, a capacity below MinCapacity, no free space for the default);
+// Available's.
+func ResolveCapacity(dir string, capacity uint64) (uint64, error) {
+	if dir == "" {
+		return 0, fmt.Errorf("%w: empty storage_root_dir", ErrInvalid)
+	}
+	if capacity > 0 {
+		if capacity < MinCapacity {
+			return 0, fmt.Errorf("%w: quota of %d bytes holds no object (at least %d)", ErrInvalid, capacity, MinCapacity)
+		}
+		return capacity, nil
+	}
+	free, err := Available(dir)
+	if err != nil {
+		return 0, err
+	}
+	if capacity = free / 10 * 9; capacity < MinCapacity {
+		return 0, fmt.Errorf("%w: storage_root_dir %q has no free space", ErrInvalid, dir)
+	}
+	return capacity, nil
+}
+
 // Open opens (creating if needed) the store in cfg.Dir, takes its lock and
 // deletes object files left there by an earlier process. Errors: ErrInvalid
-// (empty Dir); ErrLocked (another process uses Dir); the filesystem's.
+// (empty Dir, a Capacity below MinCapacity); ErrLocked (another process
+// uses Dir); the filesystem's.
 func Open(cfg Config) (*Store, error) {
-	if cfg.Dir == "" {
-		return nil, fmt.Errorf("%w: empty storage_root_dir", ErrInvalid)
+	var err error
+	if cfg.Capacity, err = ResolveCapacity(cfg.Dir, cfg.Capacity); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("disk: storage_root_dir %q: %w", cfg.Dir, err)
-	}
-	if cfg.Capacity == 0 {
-		var fs syscall.Statfs_t
-		if err := syscall.Statfs(cfg.Dir, &fs); err != nil {
-			return nil, fmt.Errorf("disk: storage_root_dir %q: statfs: %w", cfg.Dir, err)
-		}
-		cfg.Capacity = uint64(fs.Bavail) * uint64(fs.Bsize) / 10 * 9
-		if cfg.Capacity == 0 {
-			return nil, fmt.Errorf("%w: storage_root_dir %q has no free space", ErrInvalid, cfg.Dir)
-		}
 	}
 	lf, err := os.OpenFile(filepath.Join(cfg.Dir, lockName), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
