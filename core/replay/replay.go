@@ -58,9 +58,10 @@ type Report struct {
 	LookupP50ms       float64 `json:"lookup_p50_ms"`
 	EvictedObjects    uint64  `json:"evicted_objects"`
 	ContentMismatches int64   `json:"content_mismatches"`
-	ReadFailures      int64   `json:"read_failures"` // hit blocks whose read failed (then rewritten as misses)
-	LeaseExpired      int64   `json:"lease_expired"` // of those, reads that outlived their lease
-	PutFailures       int64   `json:"put_failures"`  // missed blocks that could not be stored
+	ReadFailures      int64   `json:"read_failures"`           // hit blocks whose read failed (then rewritten as misses)
+	LeaseExpired      int64   `json:"lease_expired"`           // of those, reads that outlived their lease
+	PutFailures       int64   `json:"put_failures"`            // missed blocks that could not be stored
+	PutNoHandle       int64   `json:"put_no_available_handle"` // of those, refused for lack of DRAM (NO_AVAILABLE_HANDLE)
 	CapacityTokens    int64   `json:"capacity_tokens"`
 	BytesPerToken     int64   `json:"bytes_per_token"`
 	PoolBytes         uint64  `json:"pool_bytes"`
@@ -294,6 +295,9 @@ func (r *runner) write(ctx context.Context, ids []uint64, keys []string, sizes [
 		for j, e := range errs {
 			if e != nil {
 				r.rep.PutFailures++
+				if errors.Is(e, store.ErrNoAvailableHandle) {
+					r.rep.PutNoHandle++
+				}
 			} else {
 				r.rep.BytesWritten += int64(len(srcs[j]))
 			}

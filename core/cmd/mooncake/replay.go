@@ -222,8 +222,10 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		defer bar.Finish()
 	}
 	rep, runErr := replay.Run(ctx, cl, reqs, cfg)
+	diskTier := false
 	if st, err := cl.Stats(context.Background()); err == nil {
 		rep.EvictedObjects, rep.PoolBytes = st.EvictedObjects, st.Capacity
+		diskTier = st.DiskCapacity > 0 || st.Offloads > 0
 	}
 	out := cmd.OutOrStdout()
 	if f.jsonOut {
@@ -238,7 +240,13 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return &exitError{1, "mooncake replay: " + runErr.Error()}
 	}
 	if rep.ContentMismatches > 0 || rep.PutFailures > 0 {
-		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (is the pool smaller than a request, or are its nodes unreachable?)", rep.ContentMismatches, rep.PutFailures)}
+		hint := "is the pool smaller than a request, or are its nodes unreachable?"
+		if rep.PutNoHandle > 0 && diskTier {
+			hint = fmt.Sprintf("%d refused with NO_AVAILABLE_HANDLE: the DRAM was held by readers' leases (--default_kv_lease_ttl per read) or, with --offload_on_evict, by evicted objects still being copied to the disk tier (eviction is asynchronous); a put waits up to 1 s for either before it is refused: give the nodes more DRAM or shorten the lease", rep.PutNoHandle)
+		} else if rep.PutNoHandle > 0 {
+			hint = fmt.Sprintf("%d refused with NO_AVAILABLE_HANDLE: is the pool smaller than a request, or is its DRAM held by readers' leases or pins?", rep.PutNoHandle)
+		}
+		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
 	}
 	return nil
 }

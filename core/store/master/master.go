@@ -460,59 +460,92 @@ func (m *Master) descs(o *object) []Replica {
 // Mirrors upstream PutStart, except that upstream evicts asynchronously and
 // fails this call.
 func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([]Replica, error) {
-	reps, _, err := m.putStart(client, key, size, cfg, true)
+	reps, _, _, err := m.TryPutStart(client, key, size, cfg, time.Time{})
 	return reps, err
 }
 
-// TryPutStart is PutStart for a caller that can wait: when nothing fits
-// but offloads queued by eviction (Config.OffloadOnEvict, or write-through
-// copies not finished yet) will free DRAM, it returns wait = true with
-// NO_AVAILABLE_HANDLE, not counted in Stats.AllocFailures; the caller
-// waits for TierSeq or SpaceSeq to change and tries again, and ends with
-// PutStart when it stops waiting.
-func (m *Master) TryPutStart(client, key string, size uint64, cfg ReplicaConfig) (reps []Replica, wait bool, err error) {
-	return m.putStart(client, key, size, cfg, false)
+// TryPutStart is PutStart for a caller that can wait until the moment
+// until (zero: it cannot). When nothing fits but room will come by then,
+// it returns wait = true with NO_AVAILABLE_HANDLE, not counted in
+// Stats.AllocFailures: while offloads queued by eviction
+// (Config.OffloadOnEvict, or write-through copies not finished yet) will
+// free DRAM, or when a lease ends no later than until (retryAt is then
+// the first lease end; zero when only offloads are awaited). The caller
+// waits for TierSeq or SpaceSeq to change, or for retryAt, and tries
+// again; its last try passes a zero until.
+func (m *Master) TryPutStart(client, key string, size uint64, cfg ReplicaConfig, until time.Time) (reps []Replica, retryAt time.Time, wait bool, err error) {
+	return m.putStart(client, key, size, cfg, until)
 }
 
-func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, final bool) ([]Replica, bool, error) {
+// leaseEndScan bounds the walk of nextLeaseEnd.
+const leaseEndScan = 4096
+
+// nextLeaseEnd returns when the first lease of a complete DRAM object that
+// eviction could then take ends. Leases are granted for DefaultLeaseTTL
+// and every grant makes its object the most recently used, so the least
+// recently used leased object holds the first lease to end: the walk
+// stops there (or after leaseEndScan objects, reporting none).
+func (m *Master) nextLeaseEnd(now time.Time) (time.Time, bool) {
+	n := 0
+	for o := m.lru.prev; o != &m.lru && n < leaseEndScan; o, n = o.prev, n+1 {
+		if o.hardPin || !o.leaseUntil.After(now) {
+			continue
+		}
+		return o.leaseUntil, true
+	}
+	return time.Time{}, false
+}
+
+func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, until time.Time) ([]Replica, time.Time, bool, error) {
 	if err := checkKey(key); err != nil {
-		return nil, false, err
+		return nil, time.Time{}, false, err
 	}
 	if size == 0 {
-		return nil, false, store.Errorf(store.InvalidParams, "key %q: value size 0", key)
+		return nil, time.Time{}, false, store.Errorf(store.InvalidParams, "key %q: value size 0", key)
 	}
 	if cfg.ReplicaNum <= 0 {
-		return nil, false, store.Errorf(store.InvalidParams, "key %q: replica_num %d", key, cfg.ReplicaNum)
+		return nil, time.Time{}, false, store.Errorf(store.InvalidParams, "key %q: replica_num %d", key, cfg.ReplicaNum)
 	}
 	m.touchClient(client)
 	now := m.cfg.Now()
 	m.releaseDiscards(now)
 	if o, ok := m.objects[key]; ok {
 		if o.complete || now.Sub(o.started) < m.cfg.PutStartDiscardTimeout {
-			return nil, false, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
+			return nil, time.Time{}, false, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
 		}
 		// Take over a stale write: its writer may still be writing, so its
 		// space is only released after PutStartReleaseTimeout.
 		m.discard(o, now)
 	}
 	if size > m.capacity {
-		return nil, false, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
+		return nil, time.Time{}, false, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
 	}
 	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, id: m.nextID}
 	m.nextID++
 	m.allocate(o, cfg, now)
 	if len(o.replicas) == 0 {
-		wait := !final && m.pendingFree > 0
+		var err error
+		leaseEnd, leased := m.nextLeaseEnd(now)
+		var retryAt time.Time
+		if leased {
+			retryAt = leaseEnd
+		}
+		wait := !until.IsZero() && (m.pendingFree > 0 || (leased && !leaseEnd.After(until)))
 		if !wait {
 			m.stats.AllocFailures++
 		}
-		if m.pendingFree > 0 {
-			return nil, wait, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes; %d bytes evicted to the disk tier are still being copied there (asynchronous eviction): retry", key, size, m.pendingFree)
+		switch {
+		case m.pendingFree > 0:
+			err = store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes; %d bytes evicted to the disk tier are still being copied there (asynchronous eviction): retry", key, size, m.pendingFree)
+		case leased:
+			err = store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes; the DRAM eviction could not free is held by leases (the first ends in %v), pins or writes in progress: retry", key, size, leaseEnd.Sub(now))
+		default:
+			err = store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
 		}
-		return nil, wait, store.Errorf(store.NoAvailableHandle, "key %q: no segment has %d free bytes", key, size)
+		return nil, retryAt, wait, err
 	}
 	m.adopt(o, cfg.ReplicaNum)
-	return m.descs(o), false, nil
+	return m.descs(o), time.Time{}, false, nil
 }
 
 // evictTarget is the bytes one eviction pass frees: eviction_ratio of the

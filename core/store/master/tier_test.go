@@ -519,16 +519,19 @@ func TestEvictionTakesDiskCopiesFirst(t *testing.T) {
 // TestTryPutStartWaitsForOffloads: with offload_on_evict, a put that finds
 // no room while eviction's offloads are queued is told to wait (not
 // counted as an allocation failure); PutStart then refuses naming the
-// asynchronous eviction, and the put fits once the copy is on disk.
+// asynchronous eviction, and the put fits once the copy is on disk. When
+// leases hold the DRAM, the put is told to wait only if the first lease
+// ends by the caller's deadline, and when it ends.
 func TestTryPutStartWaitsForOffloads(t *testing.T) {
-	m, _ := tierMaster(t, true, func(c *Config) { c.EvictionHighWatermark = 1 })
+	m, clk := tierMaster(t, true, func(c *Config) { c.EvictionHighWatermark = 1 })
 	for _, k := range []string{"k1", "k2", "k3"} {
 		mustPut(t, m, "w", k, 300, 1)
 	}
-	_, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1})
+	until := clk.Now().Add(100 * time.Millisecond)
+	_, at, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1}, until)
 	wantCode(t, "TryPutStart while k1 offloads", err, store.NoAvailableHandle)
-	if st := m.Stats(); !wait || st.AllocFailures != 0 || st.PendingOffloadBytes != 300 {
-		t.Fatalf("wait %v, %d alloc failures, %d pending; want true, 0, 300", wait, st.AllocFailures, st.PendingOffloadBytes)
+	if st := m.Stats(); !wait || !at.IsZero() || st.AllocFailures != 0 || st.PendingOffloadBytes != 300 {
+		t.Fatalf("wait %v at %v, %d alloc failures, %d pending; want true at zero, 0, 300", wait, at, st.AllocFailures, st.PendingOffloadBytes)
 	}
 	_, err = m.PutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1})
 	wantCode(t, "PutStart while k1 offloads", err, store.NoAvailableHandle)
@@ -540,10 +543,10 @@ func TestTryPutStartWaitsForOffloads(t *testing.T) {
 	if m.SpaceSeq() == seq {
 		t.Fatal("SpaceSeq unchanged after k1's DRAM was freed")
 	}
-	if rs, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1}); err != nil || wait || len(rs) != 1 {
+	if rs, _, wait, err := m.TryPutStart("w", "big", 300, ReplicaConfig{ReplicaNum: 1}, until); err != nil || wait || len(rs) != 1 {
 		t.Fatalf("TryPutStart after the offload: %+v, %v, %v", rs, wait, err)
 	}
-	// Nothing queued (what is left is leased): no reason to wait.
+	// Nothing queued, everything leased (for 1 s).
 	if err := m.PutEnd("w", "big"); err != nil {
 		t.Fatal(err)
 	}
@@ -552,9 +555,25 @@ func TestTryPutStartWaitsForOffloads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, wait, err = m.TryPutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1})
-	if wait || store.CodeOf(err) != store.NoAvailableHandle {
-		t.Fatalf("TryPutStart with nothing to wait for: wait %v, %v", wait, err)
+	leaseEnd := clk.Now().Add(time.Second)
+	_, _, wait, err = m.TryPutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1}, clk.Now().Add(500*time.Millisecond))
+	if wait || store.CodeOf(err) != store.NoAvailableHandle || !strings.Contains(err.Error(), "leases") || m.Stats().AllocFailures != 2 {
+		t.Fatalf("TryPutStart with leases ending after the deadline: wait %v, %v, %d alloc failures; want a counted refusal naming the leases",
+			wait, err, m.Stats().AllocFailures)
+	}
+	_, at, wait, err = m.TryPutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1}, leaseEnd)
+	if !wait || !at.Equal(leaseEnd) || store.CodeOf(err) != store.NoAvailableHandle || m.Stats().AllocFailures != 2 {
+		t.Fatalf("TryPutStart with a lease ending by the deadline: wait %v at %v (want %v), %v", wait, at, leaseEnd, err)
+	}
+	clk.Advance(time.Second)
+	// The leases ended: eviction queues the three for offload.
+	_, at, wait, _ = m.TryPutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1}, clk.Now().Add(time.Second))
+	if !wait || !at.IsZero() || m.Stats().PendingOffloadBytes != 900 {
+		t.Fatalf("after the leases: wait %v at %v, %d pending; want true at zero, 900", wait, at, m.Stats().PendingOffloadBytes)
+	}
+	offloadAll(t, m)
+	if rs, err := m.PutStart("w", "huge", 900, ReplicaConfig{ReplicaNum: 1}); err != nil || len(rs) != 1 {
+		t.Fatalf("PutStart after the offloads: %+v, %v", rs, err)
 	}
 }
 

@@ -69,10 +69,10 @@ type Options struct {
 	// stage the object in (leases to end, offloads to finish).
 	LoadWait time.Duration
 	// PutWait bounds how long PutStart waits, when no DRAM is free but
-	// objects evicted to a disk tier are still being copied there, for
-	// those copies to free it, before answering NO_AVAILABLE_HANDLE;
-	// default 1 s, never past the call's deadline. Negative: no wait
-	// (upstream's behaviour).
+	// objects evicted to a disk tier are still being copied there or a
+	// reader's lease ends within it, for that DRAM, before answering
+	// NO_AVAILABLE_HANDLE; default 1 s, never past half the call's
+	// deadline. Negative: no wait (upstream's behaviour).
 	PutWait time.Duration
 }
 
@@ -178,9 +178,10 @@ func replicas(rs []master.Replica) []*pb.Replica {
 // BatchPutStart implements storepb.MasterServer: PutStart per key, results
 // in input order. A sizes list of another length fails every key with
 // INVALID_PARAMS. A key that finds no DRAM while objects evicted to a disk
-// tier are still being copied there waits for those copies, up to
-// Options.PutWait and the call's deadline (master.TryPutStart), instead
-// of being refused at once.
+// tier are still being copied there, or while readers' leases hold it,
+// waits for the copies or the first lease to end, up to Options.PutWait
+// and half the call's remaining deadline (master.TryPutStart), instead of
+// being refused at once.
 func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
 	out := &pb.BatchPutStartResponse{Results: make([]*pb.PutStartResult, len(req.Keys))}
 	cfg := replicaConfig(req.Config)
@@ -194,23 +195,35 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 	for i := range idx {
 		idx[i] = i
 	}
-	var deadline <-chan time.Time
-	final := s.putWait < 0
+	limit := s.putWait
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave the caller time to hear the answer.
+		limit = min(limit, time.Until(dl)/2)
+	}
+	start := time.Now()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for len(idx) > 0 {
+		left := limit - time.Since(start)
 		var waiting []int
+		var retryAt, now time.Time
 		s.mu.Lock()
+		now = s.mu.m.Config().Now() // the master's clock sets the leases
+		var until time.Time
+		if left > 0 {
+			until = now.Add(left)
+		}
 		for _, i := range idx {
-			k := req.Keys[i]
-			var rs []master.Replica
-			var wait bool
-			var err error
-			if final {
-				rs, err = s.mu.m.PutStart(req.ClientId, k, req.Sizes[i], cfg)
-			} else {
-				rs, wait, err = s.mu.m.TryPutStart(req.ClientId, k, req.Sizes[i], cfg)
-			}
+			rs, at, wait, err := s.mu.m.TryPutStart(req.ClientId, req.Keys[i], req.Sizes[i], cfg, until)
 			if wait {
 				waiting = append(waiting, i)
+				if !at.IsZero() && (retryAt.IsZero() || at.Before(retryAt)) {
+					retryAt = at
+				}
 				continue
 			}
 			out.Results[i] = &pb.PutStartResult{Status: status(err), Replicas: replicas(rs)}
@@ -221,21 +234,28 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 		if len(idx) == 0 {
 			break
 		}
-		if deadline == nil {
-			t := time.NewTimer(s.putWait)
-			defer t.Stop()
-			deadline = t.C
+		// Wake at the first lease end (a millisecond past it: the
+		// master's check is strict) or when the time is up, whichever
+		// comes first; the last round tries once more without waiting.
+		d := left
+		if !retryAt.IsZero() {
+			d = min(d, retryAt.Sub(now)+time.Millisecond)
+		}
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
 		}
 		select {
 		case <-tierCh:
 		case <-spaceCh:
-		case <-deadline:
-			final = true
+		case <-timer.C:
 		case <-ctx.Done():
-			final = true
+			limit = 0
 		case <-s.stop:
-			final = true
+			limit = 0
 		}
+		timer.Stop()
 	}
 	return out, nil
 }
