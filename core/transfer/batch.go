@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 )
 
@@ -162,9 +163,9 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 			return e.localCopy(r, mem{host: local})
 		}
 		if r.Op == Write {
-			copy(remote, local)
+			memory.Copy(remote, local)
 		} else {
-			copy(local, remote)
+			memory.Copy(local, remote)
 		}
 		return nil
 	}

@@ -136,9 +136,9 @@ func (p *peer) copy(op transfer.Opcode, local []byte, remoteAddr uint64) (found 
 	}
 	remote := m.buf[off : off+n]
 	if op == transfer.Write {
-		copy(remote, local)
+		memory.Copy(remote, local)
 	} else {
-		copy(local, remote)
+		memory.Copy(local, remote)
 	}
 	return true, nil
 }

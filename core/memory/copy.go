@@ -1,0 +1,36 @@
+package memory
+
+// ntMin is the smallest copy Copy does with non-temporal stores. Below it
+// the destination likely stays hot in cache and Go's copy is as fast.
+const ntMin = 16 << 10
+
+// Copy copies min(len(dst), len(src)) bytes from src to dst and returns
+// the count, like the built-in copy. On amd64 CPUs with AVX, a copy of at
+// least 16 KiB whose ranges do not overlap uses non-temporal (streaming)
+// stores, ending with a store fence: it bypasses the cache instead of
+// reading each destination line first, which roughly triples throughput
+// for the 16 KiB - 1 MiB pieces a KV block is made of (Go's copy streams
+// only much larger copies). The bytes are visible to other threads and
+// processes once Copy returns, as after copy. Meant for the transfer
+// paths (shm, local copies) whose destination is not read again at once.
+func Copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < ntMin || !hasNT || overlap(dst[:n], src[:n]) {
+		return copy(dst, src)
+	}
+	d, s := dst[:n], src[:n]
+	// Head: up to 31 bytes so that the streamed part starts 32-byte aligned
+	// (VMOVNTDQ faults on an unaligned destination).
+	head := int((32 - AddrOf(d)%32) % 32)
+	copy(d[:head], s[:head])
+	body := (n - head) &^ 127
+	copyNT(d[head:head+body], s[head:head+body])
+	copy(d[head+body:], s[head+body:])
+	return n
+}
+
+// overlap reports whether a and b (non-empty) share memory.
+func overlap(a, b []byte) bool {
+	ab, bb := AddrOf(a), AddrOf(b)
+	return ab < bb+uint64(len(b)) && bb < ab+uint64(len(a))
+}
