@@ -153,6 +153,32 @@ func (w *Worker) layerParts(b, l int) ([][]byte, error) {
 	return parts, nil
 }
 
+// gather returns, for every block not yet failed in errs, its index, its
+// key and its bytes: of layer l (key with the layer suffix), or of the
+// whole block when l < 0. A bad block id fails that block in errs.
+func (w *Worker) gather(keys []string, blockIDs []int, errs []error, l int) (idx []int, ks []string, parts [][][]byte) {
+	for i, b := range blockIDs {
+		if errs[i] != nil {
+			continue
+		}
+		var p [][]byte
+		var err error
+		key := keys[i]
+		if l < 0 {
+			p, err = w.blockParts(b)
+		} else {
+			p, err = w.layerParts(b, l)
+			key = layerKey(key, l)
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		idx, ks, parts = append(idx, i), append(ks, key), append(parts, p)
+	}
+	return idx, ks, parts
+}
+
 func (w *Worker) layerBytes(l int) int {
 	n := 0
 	for _, ri := range w.byLayer[l] {
@@ -178,20 +204,7 @@ func (w *Worker) loadLayers(ctx context.Context, keys []string, blockIDs []int) 
 	errs := make([]error, len(keys))
 	var okBytes uint64
 	for l := range w.byLayer {
-		var idx []int
-		var ks []string
-		var dsts [][][]byte
-		for i, b := range blockIDs {
-			if errs[i] != nil {
-				continue
-			}
-			parts, err := w.layerParts(b, l)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			idx, ks, dsts = append(idx, i), append(ks, layerKey(keys[i], l)), append(dsts, parts)
-		}
+		idx, ks, dsts := w.gather(keys, blockIDs, errs, l)
 		if len(ks) > 0 {
 			n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
 			want := w.layerBytes(l)
@@ -232,20 +245,7 @@ func (w *Worker) saveLayers(ctx context.Context, keys []string, blockIDs []int) 
 				break
 			}
 		}
-		var idx []int
-		var ks []string
-		var srcs [][][]byte
-		for i, b := range blockIDs {
-			if errs[i] != nil {
-				continue
-			}
-			parts, err := w.layerParts(b, l)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			idx, ks, srcs = append(idx, i), append(ks, layerKey(keys[i], l)), append(srcs, parts)
-		}
+		idx, ks, srcs := w.gather(keys, blockIDs, errs, l)
 		if len(ks) == 0 {
 			continue
 		}

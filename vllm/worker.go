@@ -282,17 +282,7 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 		return w.loadLayers(ctx, keys, blockIDs)
 	}
 	errs := make([]error, len(keys))
-	var idx []int
-	var ks []string
-	var dsts [][][]byte
-	for i, b := range blockIDs {
-		parts, err := w.blockParts(b)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		idx, ks, dsts = append(idx, i), append(ks, keys[i]), append(dsts, parts)
-	}
+	idx, ks, dsts := w.gather(keys, blockIDs, errs, -1)
 	var n []int
 	var gerrs []error
 	if len(ks) > 0 {
@@ -384,17 +374,7 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 	if w.s.Layerwise {
 		return w.saveLayers(ctx, keys, blockIDs)
 	}
-	var idx []int
-	var ks []string
-	var srcs [][][]byte
-	for i, b := range blockIDs {
-		parts, err := w.blockParts(b)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		idx, ks, srcs = append(idx, i), append(ks, keys[i]), append(srcs, parts)
-	}
+	idx, ks, srcs := w.gather(keys, blockIDs, errs, -1)
 	var perrs []error
 	if len(ks) > 0 {
 		perrs = w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
