@@ -33,8 +33,13 @@ func ParseArgs(args []string) (Args, error) {
 		if name == "h" || name == "help" {
 			return a, ErrHelp
 		}
+		switch name {
+		case "prefill", "decode", "host", "port":
+		default:
+			return a, fmt.Errorf("%w: unknown flag %q", ErrInvalidArgument, args[i])
+		}
 		if !hasVal {
-			if i+1 >= len(args) {
+			if i+1 >= len(args) || strings.HasPrefix(args[i+1], "-") {
 				return a, fmt.Errorf("%w: %s needs a value", ErrInvalidArgument, args[i])
 			}
 			i++
@@ -62,8 +67,6 @@ func ParseArgs(args []string) (Args, error) {
 				return a, fmt.Errorf("%w: --port %q", ErrInvalidArgument, val)
 			}
 			a.Port = p
-		default:
-			return a, fmt.Errorf("%w: unknown flag %q", ErrInvalidArgument, args[i])
 		}
 	}
 	if len(a.Prefill) == 0 || len(a.Decode) == 0 {

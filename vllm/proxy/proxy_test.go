@@ -334,6 +334,16 @@ func TestParseArgs(t *testing.T) {
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("got %+v want %+v", a, want)
 	}
+	// Error messages name the flag at fault.
+	for args, msg := range map[string]string{
+		"--bogus":   `unknown flag "--bogus"`,
+		"--bogus x": `unknown flag "--bogus"`,
+		"--prefill http://p --decode --port 8000": "--decode needs a value",
+	} {
+		if _, err := ParseArgs(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("ParseArgs(%q) = %v, want %q", args, err, msg)
+		}
+	}
 	for _, bad := range [][]string{
 		{"--decode", "http://d"},
 		{"--prefill", "http://p"},

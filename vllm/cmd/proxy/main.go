@@ -38,7 +38,7 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
 	a, err := proxy.ParseArgs(args)
 	if errors.Is(err, proxy.ErrHelp) {
-		fmt.Fprint(stderr, proxy.Usage)
+		fmt.Fprint(os.Stdout, proxy.Usage) // asked for: stdout, so it pipes into a pager
 		return 0
 	}
 	if err != nil {
