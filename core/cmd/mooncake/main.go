@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
@@ -34,6 +35,10 @@ func main() {
 		return &exitError{2, c.CommandPath() + ": " + err.Error()}
 	})
 	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd())
+	root.Version = version()
+	root.Args = cobra.NoArgs // "mooncake bogus": unknown command, exit status 2
+	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+	usageArgs(root)
 	if err := root.Execute(); err != nil {
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -43,4 +48,55 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mooncake:", err)
 		os.Exit(1)
 	}
+}
+
+// usageArgs makes every command's argument errors (a stray argument, an
+// unknown subcommand, a wrong count) usage errors, exit status 2, as a bad
+// flag is.
+func usageArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return err
+				}
+				return &exitError{2, cmd.CommandPath() + ": " + err.Error()}
+			}
+			return nil
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
+}
+
+// version is this build's module version and VCS revision, for --version.
+func version() string {
+	v := "(devel)"
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if info.Main.Version != "" {
+		v = info.Main.Version
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" {
+		v += " " + rev + dirty
+	}
+	return v + " " + info.GoVersion
 }

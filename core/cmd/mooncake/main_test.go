@@ -544,3 +544,29 @@ func TestMasterStrategyFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestUsageErrors: stray arguments and unknown commands are usage errors
+// (exit status 2, one line naming the command), as bad flags are; no
+// command prints the help; --version prints the version.
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bogus"}, `mooncake: unknown command "bogus" for "mooncake"`},
+		{[]string{"master", "stray"}, `mooncake master: unknown command "stray"`},
+		{[]string{"replay", "extra"}, `mooncake replay: unknown command "extra"`},
+		{[]string{"node", "--nope"}, `mooncake node: unknown flag: --nope`},
+	} {
+		r := mooncake(t, 30*time.Second, tc.args...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("mooncake %q: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	if r := mooncake(t, 30*time.Second); r.code != 0 || !strings.Contains(r.stdout, "Available Commands") {
+		t.Errorf("mooncake with no command: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := mooncake(t, 30*time.Second, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "mooncake version ") || !strings.Contains(r.stdout, "go1.") {
+		t.Errorf("--version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
