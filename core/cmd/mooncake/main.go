@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // exitError carries an exit status and a one-line message.
@@ -36,6 +38,11 @@ func main() {
 	})
 	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd())
 	root.Version = version()
+	// Upstream's flags use underscores (--metadata_server), some of ours
+	// dashes (--segment-size): either spelling works for every flag.
+	root.SetGlobalNormalizationFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		return pflag.NormalizedName(strings.ReplaceAll(name, "-", "_"))
+	})
 	root.Args = cobra.NoArgs // "mooncake bogus": unknown command, exit status 2
 	root.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 	usageArgs(root)

@@ -283,7 +283,7 @@ func TestReplayBadFlags(t *testing.T) {
 		{"pool size not a size", []string{"--pool-size", "abc"}, []string{"--pool-size", "abc"}},
 		{"pool size zero", []string{"--pool-size", "0"}, []string{"--pool-size"}},
 		{"negative capacity", []string{"--capacity-tokens", "-5"}, []string{"--capacity-tokens"}},
-		{"capacity not a number", []string{"--capacity-tokens", "abc"}, []string{"--capacity-tokens", "abc"}},
+		{"capacity not a number", []string{"--capacity-tokens", "abc"}, []string{"--capacity_tokens", "abc"}},
 		{"negative bytes per token", []string{"--bytes-per-token", "-1"}, []string{"--bytes-per-token"}},
 		{"model and bytes per token disagree", []string{"--model", "llama3-8b", "--bytes-per-token", "16"}, []string{"contradicts"}},
 		{"no nodes", []string{"--nodes", "0"}, []string{"--nodes"}},
@@ -568,5 +568,19 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if r := mooncake(t, 30*time.Second, "--version"); r.code != 0 || !strings.HasPrefix(r.stdout, "mooncake version ") || !strings.Contains(r.stdout, "go1.") {
 		t.Errorf("--version: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// TestFlagSpellings: every flag takes either spelling, dashes or
+// underscores (upstream's flags use underscores).
+func TestFlagSpellings(t *testing.T) {
+	for _, args := range [][]string{
+		{"replay", "--capacity-tokens", "100", "--limit", "2", "--json"},
+		{"replay", "--capacity_tokens", "100", "--limit", "2", "--json"},
+	} {
+		// Exit 1 is the tiny pool refusing blocks; a flag error would be 2.
+		if r := mooncake(t, 60*time.Second, args...); r.code == 2 || strings.Contains(r.stderr, "flag") || !strings.Contains(r.stdout, `"requests"`) {
+			t.Errorf("mooncake %q: exit %d, stdout %.80q, stderr %q", args, r.code, r.stdout, r.stderr)
+		}
 	}
 }
