@@ -12,6 +12,7 @@ load is reported through get_block_ids_with_load_errors and the request's
 finished-receiving, a failed save is logged.
 """
 
+import json
 import logging
 import os
 import threading
@@ -281,9 +282,11 @@ def _safe(default):
                 return default() if callable(default) else default
             try:
                 return f(self, *args, **kwargs)
-            except Exception as e:  # never into the engine's threads
+            except _abi.MooncakeError as e:  # the pool or a peer failed: logged, no traceback
+                logger.warning("mooncake_go: %s: %s", f.__name__, e)
+            except Exception as e:  # a bug or odd engine input: never into the engine's threads
                 logger.exception("mooncake_go: %s failed: %s", f.__name__, e)
-                return default() if callable(default) else default
+            return default() if callable(default) else default
 
         hook.__name__, hook.__doc__ = f.__name__, f.__doc__
         return hook
@@ -308,28 +311,36 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._c = _abi.Connector(self._settings, int(role))
         self._is_worker = role == KVConnectorRole.WORKER
         self._lock = threading.Lock()
-        # Scheduler side: requests and their blocks, by request id.
+        # Scheduler side, by request id: the request, its blocks, its block
+        # hashes as base64, and the full blocks already offered for saving.
         self._reqs = {}
         self._blocks = {}
+        self._b64 = {}
+        self._planned = {}
         # Worker side: failed block ids not yet reported.
         self._failed = set()
 
     # ---- scheduler side -------------------------------------------------
 
+    def _hashes(self, request):
+        """request.block_hashes as base64, encoded once per block: the list
+        only grows (by full blocks) while the request lives."""
+        hs = getattr(request, "block_hashes", None) or []
+        enc = self._b64.setdefault(request.request_id, [])
+        if len(enc) > len(hs):  # the engine rebuilt the list
+            del enc[:]
+        enc.extend(_abi.b64(h) for h in hs[len(enc):])
+        return enc
+
     @_safe((0, False))
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        args = {
+        n, is_async = self._c.lookup({
             "req_id": request.request_id,
-            "hashes": [_abi.b64(h) for h in (getattr(request, "block_hashes", None) or [])],
+            "hashes": self._hashes(request),
             "num_tokens": int(request.num_tokens),
             "num_computed_tokens": int(num_computed_tokens),
             "params": _params(request),
-        }
-        try:
-            n, is_async = self._c.lookup(args)
-        except _abi.MooncakeError as e:
-            logger.warning("mooncake_go: lookup of request %s failed, computing it: %s", request.request_id, e)
-            return 0, False
+        })
         return n, (is_async and n > 0)
 
     @_safe(None)
@@ -348,10 +359,9 @@ class MooncakeGoConnector(KVConnectorBase_V1):
                 "num_external_tokens": int(num_external_tokens),
                 "params": params,
             })
-        except _abi.MooncakeError as e:
-            logger.warning("mooncake_go: update_state_after_alloc of request %s: %s", request.request_id, e)
-        if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
-            params["do_remote_prefill"] = False  # the receive is planned once
+        finally:
+            if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
+                params["do_remote_prefill"] = False  # the receive is planned once, even if planning failed
 
     @_safe(MooncakeGoMetadata)
     def build_connector_meta(self, scheduler_output):
@@ -368,32 +378,39 @@ class MooncakeGoConnector(KVConnectorBase_V1):
                 new = cached.new_block_ids[i] if cached.new_block_ids else None
                 if is_resumed:
                     preempted.add(rid)
+                    self._planned.pop(rid, None)  # its progress starts again
                     self._blocks[rid] = list(new[0]) if new else []
                 elif new:
                     self._blocks.setdefault(rid, []).extend(new[0])
                 self._plan_save(rid, cached.num_computed_tokens[i], scheduler_output)
-        try:
-            if preempted:
-                self._c.preempted(sorted(preempted))
-            return MooncakeGoMetadata(self._c.build_meta())
-        except _abi.MooncakeError as e:
-            logger.error("mooncake_go: build_connector_meta: %s", e)
-            return MooncakeGoMetadata()
+        for rid in preempted:
+            self._planned.pop(rid, None)
+        if preempted:
+            self._c.preempted(sorted(preempted))
+        return MooncakeGoMetadata(self._c.build_meta())
 
     def _plan_save(self, rid, num_computed, scheduler_output):
+        """Asks Go to plan the saves of rid's blocks that this step fills;
+        skipped (no call, no hash list sent) when the step fills no new
+        block, as in most decode steps."""
         req = self._reqs.get(rid)
         if req is None:
             return
         done = int(num_computed) + int(scheduler_output.num_scheduled_tokens.get(rid, 0))
+        hashes = self._hashes(req)
+        full = min(len(hashes), done // self._settings["block_size"])
+        if full <= self._planned.get(rid, 0):
+            return
+        self._planned[rid] = full
         try:
             self._c.plan_save({
                 "req_id": rid,
-                "hashes": [_abi.b64(h) for h in (getattr(req, "block_hashes", None) or [])],
+                "hashes": hashes,
                 "block_ids": self._blocks.get(rid, []),
                 "num_computed_tokens": done,
                 "num_prompt_tokens": int(getattr(req, "num_prompt_tokens", 0) or 0),
             })
-        except _abi.MooncakeError as e:
+        except _abi.MooncakeError as e:  # this request's saves only; the step goes on
             logger.warning("mooncake_go: planning saves of request %s: %s", rid, e)
 
     def update_connector_output(self, connector_output):
@@ -402,19 +419,14 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     @_safe((False, None))
     def request_finished(self, request, block_ids):
         rid = request.request_id
-        self._reqs.pop(rid, None)
-        self._blocks.pop(rid, None)
-        try:
-            hold, params = self._c.request_finished({
-                "req_id": rid,
-                "block_ids": list(block_ids),
-                "length_capped": _status_name(request) == FINISHED_LENGTH_CAPPED,
-                "params": _params(request),
-            })
-        except _abi.MooncakeError as e:
-            logger.error("mooncake_go: request_finished of request %s: %s", rid, e)
-            return False, None
-        return hold, params
+        for state in (self._reqs, self._blocks, self._b64, self._planned):
+            state.pop(rid, None)
+        return self._c.request_finished({
+            "req_id": rid,
+            "block_ids": list(block_ids),
+            "length_capped": _status_name(request) == FINISHED_LENGTH_CAPPED,
+            "params": _params(request),
+        })
 
     def get_finished_count(self):
         return None
@@ -439,28 +451,17 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         vLLM passes the set of request ids, newer the step's metadata (whose
         preempted list start_load_kv also fences)."""
         if isinstance(arg, MooncakeGoMetadata):
-            import json
-
-            try:
-                ids = json.loads(arg.data or b"{}").get("preempted") or ()
-            except ValueError:
-                ids = ()
+            ids = json.loads(arg.data or b"{}").get("preempted") or ()
         else:
             ids = arg if isinstance(arg, (set, list, tuple, frozenset)) else ()
         if ids:
-            try:
-                self._c.handle_preemptions(sorted(ids))
-            except _abi.MooncakeError as e:
-                logger.error("mooncake_go: handle_preemptions: %s", e)
+            self._c.handle_preemptions(sorted(ids))
 
     @_safe(None)
     def start_load_kv(self, forward_context, **kwargs):
         meta = self._connector_metadata
         data = meta.data if isinstance(meta, MooncakeGoMetadata) else b""
-        try:
-            self._c.start_load(data)
-        except _abi.MooncakeError as e:
-            logger.error("mooncake_go: start_load_kv: %s", e)
+        self._c.start_load(data)
 
     @_safe(None)
     def wait_for_layer_load(self, layer_name):
@@ -469,10 +470,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         (sync) or land across steps (async)."""
         if not self._layerwise:
             return None
-        try:
-            self._c.wait_layer_load(self._layer_index.get(layer_name, -1))
-        except _abi.MooncakeError as e:  # its blocks are reported failed
-            logger.warning("mooncake_go: wait_for_layer_load(%s): %s", layer_name, e)
+        self._c.wait_layer_load(self._layer_index.get(layer_name, -1))  # on failure its blocks are reported failed
 
     @_safe(None)
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
@@ -480,17 +478,11 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         Otherwise whole blocks are saved after the forward (wait_for_save)."""
         if not self._layerwise:
             return None
-        try:
-            self._c.save_layer(self._layer_index.get(layer_name, -1))
-        except _abi.MooncakeError as e:
-            logger.error("mooncake_go: save_kv_layer(%s): %s", layer_name, e)
+        self._c.save_layer(self._layer_index.get(layer_name, -1))
 
     @_safe(None)
     def wait_for_save(self):
-        try:
-            self._c.wait_for_save()
-        except _abi.MooncakeError as e:
-            logger.error("mooncake_go: wait_for_save: %s", e)
+        self._c.wait_for_save()
 
     @_safe((None, None))
     def get_finished(self, finished_req_ids):
