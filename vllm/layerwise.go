@@ -179,14 +179,6 @@ func (w *Worker) gather(keys []string, blockIDs []int, errs []error, l int) (idx
 	return idx, ks, parts
 }
 
-func (w *Worker) layerBytes(l int) int {
-	n := 0
-	for _, ri := range w.byLayer[l] {
-		n += int(w.regions[ri].BlockBytes)
-	}
-	return n
-}
-
 // loadLayers is Load in layer-wise mode: layer by layer, each layer of
 // every block in one batch; a synchronous job reports each layer to its
 // step gate as it completes (also when it fails or gives up, so the
@@ -207,7 +199,7 @@ func (w *Worker) loadLayers(ctx context.Context, keys []string, blockIDs []int) 
 		idx, ks, dsts := w.gather(keys, blockIDs, errs, l)
 		if len(ks) > 0 {
 			n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
-			want := w.layerBytes(l)
+			want := w.layerBytes[l]
 			for j, i := range idx {
 				switch {
 				case gerrs[j] != nil:
@@ -254,7 +246,7 @@ func (w *Worker) saveLayers(ctx context.Context, keys []string, blockIDs []int) 
 			if perrs[j] != nil {
 				errs[i] = perrs[j]
 			} else {
-				okBytes += uint64(w.layerBytes(l))
+				okBytes += uint64(w.layerBytes[l])
 			}
 		}
 	}

@@ -95,7 +95,11 @@ type Worker struct {
 	// byLayer lists, per layer, the indexes of its regions (layer-wise
 	// mode); gate is the current step's (layerwise.go).
 	byLayer [][]int
-	gate    *stepGate
+	// blockBytes is the size in bytes of one block's pool value and
+	// layerBytes[l] of its layer l object (layer-wise); set with regions.
+	blockBytes int
+	layerBytes []int
+	gate       *stepGate
 	// sendReq and recvReq map a P/D transfer id to its request id.
 	sendReq, recvReq map[string]string
 	closed           bool
@@ -216,6 +220,16 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 		w.prod, w.cons = prod, cons
 	}
 	w.regions = regions
+	for _, r := range regions {
+		w.blockBytes += int(r.BlockBytes)
+	}
+	for _, idx := range w.byLayer {
+		n := 0
+		for _, ri := range idx {
+			n += int(regions[ri].BlockBytes)
+		}
+		w.layerBytes = append(w.layerBytes, n)
+	}
 	return nil
 }
 
@@ -263,15 +277,6 @@ func (w *Worker) blockParts(b int) ([][]byte, error) {
 	return parts, nil
 }
 
-// blockBytes is the size in bytes of one block's pool value.
-func (w *Worker) blockBytes() int {
-	n := 0
-	for _, r := range w.regions {
-		n += int(r.BlockBytes)
-	}
-	return n
-}
-
 type loader struct{ w *Worker }
 
 // Load reads keys[i] into block blockIDs[i]; a value of another size than
@@ -288,7 +293,7 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 	if len(ks) > 0 {
 		n, gerrs = w.pool.BatchGetIntoParts(ctx, ks, dsts)
 	}
-	want := w.blockBytes()
+	want := w.blockBytes
 	var bytes uint64
 	for j, i := range idx {
 		switch {
@@ -382,7 +387,7 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 	var bytes uint64
 	for j, i := range idx {
 		if errs[i] = perrs[j]; errs[i] == nil {
-			bytes += uint64(w.blockBytes())
+			bytes += uint64(w.blockBytes)
 		}
 	}
 	w.countSaves(errs, bytes)
