@@ -35,15 +35,14 @@ func layerKey(key string, l int) string { return key + "/l" + strconv.Itoa(l) }
 // of layer l waits until every synchronous load of the step has it.
 type stepGate struct {
 	saveOpen []chan struct{} // closed when layer l may be saved
-	mu       sync.Mutex
-	opened   []bool
+	mu       sync.Mutex      // guards closing saveOpen and loadDone, and loadLeft
 	loadLeft []int           // synchronous jobs still to finish layer l
 	loadDone []chan struct{} // closed when loadLeft[l] drops to 0
 }
 
 func newStepGate(layers, syncJobs int) *stepGate {
 	g := &stepGate{
-		saveOpen: make([]chan struct{}, layers), opened: make([]bool, layers),
+		saveOpen: make([]chan struct{}, layers),
 		loadLeft: make([]int, layers), loadDone: make([]chan struct{}, layers),
 	}
 	for l := range layers {
@@ -61,8 +60,12 @@ func newStepGate(layers, syncJobs int) *stepGate {
 func (g *stepGate) openSave(l int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if l >= 0 && l < len(g.opened) && !g.opened[l] {
-		g.opened[l] = true
+	if l < 0 || l >= len(g.saveOpen) {
+		return
+	}
+	select {
+	case <-g.saveOpen[l]: // already open
+	default:
 		close(g.saveOpen[l])
 	}
 }
