@@ -33,7 +33,8 @@
 //
 // Concurrency: a Store is safe for concurrent use. Its mutex guards the
 // index (entries, LRU order, bytes used); file I/O happens outside it. An
-// entry being read is never evicted.
+// entry being read is never evicted, replaced or deleted, so a reader that
+// finds its file corrupt deletes it while still counted as a reader.
 package disk
 
 import (
@@ -116,9 +117,11 @@ type Evicted struct {
 
 type entry struct {
 	key        string
+	path       string // Store.Path(key), computed once at Put
 	id         uint64
 	size       uint64 // file bytes
 	readers    int    // reads in progress: not evictable
+	dropping   bool   // found corrupt: its file is being deleted, Get misses
 	prev, next *entry // LRU ring; lru.next is the most recent
 }
 
@@ -305,7 +308,7 @@ func (s *Store) Put(key string, id uint64, value []byte) ([]Evicted, error) {
 		if e.readers == 0 {
 			s.unlinkLocked(e)
 			evicted = append(evicted, Evicted{Key: e.key, ID: e.id})
-			victims = append(victims, s.Path(e.key))
+			victims = append(victims, e.path)
 			s.mu.stats.Evictions++
 		}
 		e = prev
@@ -324,20 +327,24 @@ func (s *Store) Put(key string, id uint64, value []byte) ([]Evicted, error) {
 	}
 	err := writeFile(path, key, id, value)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil || s.mu.closed {
-		s.mu.used -= size
-		_ = os.Remove(path)
-		if err == nil {
-			err = ErrClosed
-		}
-		return evicted, err
+	if err == nil && !s.mu.closed {
+		e := &entry{key: key, path: path, id: id, size: size}
+		s.mu.entries[key] = e
+		s.frontLocked(e)
+		s.mu.stats.Writes++
+		s.mu.Unlock()
+		return evicted, nil
 	}
-	e := &entry{key: key, id: id, size: size}
-	s.mu.entries[key] = e
-	s.frontLocked(e)
-	s.mu.stats.Writes++
-	return evicted, nil
+	if !s.mu.closed {
+		s.mu.used -= size
+	} else if err == nil {
+		// Close reset the index (and may have listed the directory
+		// before this file was renamed into place).
+		err = ErrClosed
+	}
+	s.mu.Unlock()
+	_ = os.Remove(path) // the replaced file, if any
+	return evicted, err
 }
 
 // header encodes the header and key of a file.
@@ -397,7 +404,7 @@ func (s *Store) Get(key string, id uint64, dst []byte) error {
 		return ErrClosed
 	}
 	e, ok := s.mu.entries[key]
-	if !ok {
+	if !ok || e.dropping {
 		s.mu.Unlock()
 		return fmt.Errorf("%w: key %q", ErrNotFound, key)
 	}
@@ -405,21 +412,29 @@ func (s *Store) Get(key string, id uint64, dst []byte) error {
 	s.frontLocked(e)
 	s.mu.Unlock()
 
-	err := readFile(s.Path(key), key, id, dst)
+	err := readFile(e.path, key, id, dst)
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e.readers--
 	switch {
 	case err == nil:
 		s.mu.stats.Reads++
 	case errors.Is(err, ErrCorrupt):
 		s.mu.stats.Corrupt++
-		if s.mu.entries[key] == e {
-			s.unlinkLocked(e)
+		if s.mu.entries[key] == e && !e.dropping {
+			// Delete the file outside the lock while still a reader:
+			// nothing writes or deletes e.path meanwhile, and other
+			// readers leave it to this one.
+			e.dropping = true
+			s.mu.Unlock()
+			_ = os.Remove(e.path)
+			s.mu.Lock()
+			if s.mu.entries[key] == e { // else Close reset the index
+				s.unlinkLocked(e)
+			}
 		}
-		_ = os.Remove(s.Path(key))
 	}
+	e.readers--
 	return err
 }
 
@@ -484,7 +499,7 @@ func (s *Store) Delete(key string, id uint64) (bool, error) {
 	if !ok {
 		return false, nil
 	}
-	if err := os.Remove(s.Path(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(e.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return true, fmt.Errorf("disk: deleting key %q: %w", key, err)
 	}
 	return true, nil
@@ -504,8 +519,8 @@ func (s *Store) Clear() error {
 		}
 	}
 	keep := map[string]bool{}
-	for k := range s.mu.entries {
-		keep[filepath.Base(s.Path(k))] = true
+	for _, e := range s.mu.entries {
+		keep[filepath.Base(e.path)] = true
 	}
 	s.mu.Unlock()
 	des, err := os.ReadDir(s.dir)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/mooncake-go/mooncake/core/testutil/leakcheck"
@@ -133,6 +134,54 @@ func TestCorruptIsMiss(t *testing.T) {
 				t.Fatalf("stats %+v: want 1 corrupt, 0 files, 0 used", st)
 			}
 		})
+	}
+}
+
+// TestCorruptReadersRace has several readers find the same file corrupt
+// while the key is written again (same object id, new bytes): exactly one
+// of them deletes the corrupt file, and never the newer file written once
+// the corrupt one was forgotten (a reader that deleted by key could remove
+// it); a reader that got the newer file gets its bytes.
+func TestCorruptReadersRace(t *testing.T) {
+	const n, readers = 512, 8
+	s := open(t, 1<<20)
+	key := "race"
+	for id := uint64(1); id <= 50; id++ {
+		if _, err := s.Put(key, id, value(id, n)); err != nil {
+			t.Fatalf("round %d: put: %v", id, err)
+		}
+		flip(t, s.Path(key), headerSize+len(key)+1)
+		v := value(id+1000, n)
+		var wg sync.WaitGroup
+		for range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got := make([]byte, n)
+				switch err := s.Get(key, id, got); {
+				case err == nil:
+					if !bytes.Equal(got, v) {
+						t.Errorf("round %d: get returned bytes other than the newer value", id)
+					}
+				case !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrNotFound):
+					t.Errorf("round %d: get: %v, want ErrCorrupt or ErrNotFound", id, err)
+				}
+			}()
+		}
+		// Written while the readers may still run (refused while the
+		// corrupt file is being read).
+		for {
+			if _, err := s.Put(key, id, v); err == nil {
+				break
+			} else if !errors.Is(err, ErrFull) {
+				t.Fatalf("round %d: put again: %v", id, err)
+			}
+		}
+		wg.Wait()
+		got := make([]byte, n)
+		if err := s.Get(key, id, got); err != nil || !bytes.Equal(got, v) {
+			t.Fatalf("round %d: the value written after the corrupt one: %v", id, err)
+		}
 	}
 }
 
