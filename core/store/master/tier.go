@@ -133,8 +133,8 @@ type tierTask struct {
 // and readers waiting for a load.
 func (m *Master) TierSeq() uint64 { return m.tierSeq }
 
-// tierOf returns segment id's disk tier after checking the caller owns it.
-func (m *Master) tierOf(id, client string) (*diskTier, error) {
+// ownedSegment returns segment id after checking the caller owns it.
+func (m *Master) ownedSegment(id, client string) (*segment, error) {
 	s, ok := m.segs[id]
 	switch {
 	case id == "":
@@ -143,7 +143,17 @@ func (m *Master) tierOf(id, client string) (*diskTier, error) {
 		return nil, store.Errorf(store.SegmentNotFound, "segment %q", id)
 	case s.client != client:
 		return nil, store.Errorf(store.IllegalClient, "segment %q is mounted by %q, not %q", id, s.client, client)
-	case s.disk == nil:
+	}
+	return s, nil
+}
+
+// tierOf returns segment id's disk tier after checking the caller owns it.
+func (m *Master) tierOf(id, client string) (*diskTier, error) {
+	s, err := m.ownedSegment(id, client)
+	if err != nil {
+		return nil, err
+	}
+	if s.disk == nil {
 		return nil, store.Errorf(store.UnableOffload, "segment %q has no disk tier", id)
 	}
 	return s.disk, nil
@@ -168,12 +178,9 @@ func (m *Master) MountLocalDisk(id, client string, capacity uint64) error {
 	if !m.cfg.EnableOffload {
 		return store.Errorf(store.UnableOffload, "segment %q: the master runs without enable_offload", id)
 	}
-	s, ok := m.segs[id]
-	if !ok {
-		return store.Errorf(store.SegmentNotFound, "segment %q", id)
-	}
-	if s.client != client {
-		return store.Errorf(store.IllegalClient, "segment %q is mounted by %q, not %q", id, s.client, client)
+	s, err := m.ownedSegment(id, client)
+	if err != nil {
+		return err
 	}
 	m.touchClient(client)
 	if s.disk != nil {
@@ -289,14 +296,10 @@ func (m *Master) queueOffload(o *object, t *diskTier, src replica, evict bool) {
 // TierTaskTimeout past the task's deadline, since the owner may still be
 // writing into it.
 func (m *Master) cancelTask(o *object, gone *segment) {
-	t := o.task
+	t := m.endTask(o)
 	if t == nil {
 		return
 	}
-	o.task = nil
-	m.pendingFree -= t.pending
-	delete(m.inflight, t)
-	m.tierSeq++
 	if t.kind != TaskLoad {
 		return
 	}
@@ -308,6 +311,20 @@ func (m *Master) cancelTask(o *object, gone *segment) {
 		m.stats.DiscardedBytes += o.size
 		m.discards = append(m.discards, discarded{replicas: []replica{t.staging}, release: t.deadline.Add(m.cfg.TierTaskTimeout)})
 	}
+}
+
+// endTask detaches o's task, if any, from o and the master's bookkeeping
+// (pending DRAM, tasks in flight) and returns it.
+func (m *Master) endTask(o *object) *tierTask {
+	t := o.task
+	if t == nil {
+		return nil
+	}
+	o.task = nil
+	m.pendingFree -= t.pending
+	delete(m.inflight, t)
+	m.tierSeq++
+	return t
 }
 
 // dropMemory frees o's DRAM replicas; o keeps its LOCAL_DISK replica and
@@ -417,11 +434,7 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 	if o == nil || o.id != r.ObjectID || o.task == nil || o.task.kind != r.Kind || !o.task.taken || o.task.tier != t {
 		return store.Errorf(store.TaskNotFound, "no %s task in flight for key %q (object %d) on segment %q", r.Kind, r.Key, r.ObjectID, id)
 	}
-	task := o.task
-	o.task = nil
-	m.pendingFree -= task.pending
-	delete(m.inflight, task)
-	m.tierSeq++
+	task := m.endTask(o)
 	if task.kind == TaskOffload {
 		if !r.OK {
 			m.stats.OffloadFailures++
