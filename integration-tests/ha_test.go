@@ -3,19 +3,14 @@ package integration
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/mooncake-go/mooncake/core/metadata/etcdmeta"
 	"github.com/mooncake-go/mooncake/core/metadata/etcdmeta/etcdtest"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/master"
-	"github.com/mooncake-go/mooncake/core/store/server"
-	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
 // High availability: three masters share an embedded etcd; the leader is
@@ -60,76 +55,18 @@ func (l *haLog) snapshot() ([]haPut, int) {
 	return append([]haPut(nil), l.ok...), l.failures
 }
 
-// pollUntil calls cond every few milliseconds until it is true, failing t
-// at the deadline.
-func pollUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
-func roleOf(t *testing.T, p *server.Process) string {
-	t.Helper()
-	resp, err := http.Get("http://" + p.MetricsAddr + "/health")
-	if err != nil {
-		t.Fatalf("GET /health: %v", err)
-	}
-	defer resp.Body.Close()
-	var body map[string]string
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		t.Fatalf("/health: %v", err)
-	}
-	return body["role"]
-}
-
 func runFailover(t *testing.T, crash bool) {
 	ep := etcdtest.Start(t) // skips under -short
 	ctx, cancel := context.WithTimeout(context.Background(), haTestTimeout)
 	defer cancel()
-	const cluster = "ha_failover"
-	sessionTTL := 5 * time.Second
-	if crash {
-		sessionTTL = 2 * time.Second // etcd's shortest practical lease
-	}
-
-	masters := make([]*server.Process, haMasters)
-	for i := range masters {
-		p, err := server.Start(server.ProcessConfig{
-			Master: master.Config{}, RPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
-			HA: &server.HAConfig{
-				Endpoints: []string{ep}, ClusterID: cluster, SessionTTL: sessionTTL,
-				SnapshotEvery: 64, // snapshots and log replay both play a part in the takeover
-				Logf:          func(format string, args ...any) { t.Logf("master %d: "+format, append([]any{i}, args...)...) },
-			},
-		})
-		if err != nil {
-			t.Fatalf("start master %d: %v", i, err)
-		}
-		masters[i] = p
-		t.Cleanup(p.Close)
-	}
-	leaderOf := func() *server.Process {
-		var l *server.Process
-		for _, p := range masters {
-			if p.Role() == "leader" {
-				if l != nil {
-					t.Fatalf("two leaders: %s and %s", l.RPCAddr, p.RPCAddr)
-				}
-				l = p
-			}
-		}
-		return l
-	}
-	pollUntil(t, ctx, "a leader", func() bool { return leaderOf() != nil })
-	old := leaderOf()
-	for _, p := range masters {
+	h := startHA(t, ep, haOptions{
+		Cluster: "ha_failover", Masters: haMasters, Master: master.Config{},
+		SnapshotEvery:  64, // snapshots and log replay both play a part in the takeover
+		Crash:          crash,
+		LogCloseErrors: true,
+	})
+	old := h.waitLeader(ctx)
+	for _, p := range h.masters {
 		want := "standby"
 		if p == old {
 			want = "leader"
@@ -139,26 +76,8 @@ func runFailover(t *testing.T, crash bool) {
 		}
 	}
 
-	meta, err := etcdmeta.New(ctx, []string{ep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { meta.Close() })
 	newClient := func(name string, segment, buffer uint64) *client.Client {
-		c, err := client.New(ctx, client.Config{
-			LocalHostname: name, MasterAddr: "etcd://" + ep, ClusterID: cluster, Metadata: meta,
-			Transport: tcp.New(tcp.Config{}), GlobalSegmentSize: segment, LocalBufferSize: buffer,
-			PingInterval: 100 * time.Millisecond,
-		})
-		if err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		t.Cleanup(func() {
-			if err := c.Close(); err != nil {
-				t.Logf("close %s: %v", name, err)
-			}
-		})
-		return c
+		return h.client(ctx, client.Config{LocalHostname: name, GlobalSegmentSize: segment, LocalBufferSize: buffer})
 	}
 	for i := range haNodes {
 		newClient(fmt.Sprintf("ha-node-%d", i), haSegment, 0)
@@ -228,11 +147,7 @@ func runFailover(t *testing.T, crash bool) {
 
 	// Kill the leader mid-workload.
 	killed := time.Now()
-	if crash {
-		old.Crash()
-	} else {
-		old.Close()
-	}
+	h.kill(old)
 	var recovered time.Time
 	pollUntil(t, ctx, "a put to succeed after the kill", func() bool {
 		ok, _ := log.snapshot()
@@ -261,19 +176,9 @@ func runFailover(t *testing.T, crash bool) {
 	bg, failures := log.snapshot()
 	committed = append(committed, bg...)
 
-	nl := leaderOf()
-	if nl == nil || nl == old {
-		t.Fatalf("no new leader after the kill")
-	}
-	if got := roleOf(t, nl); got != "leader" {
-		t.Fatalf("new leader's /health role %q", got)
-	}
-	mode := "resign (Close)"
-	if crash {
-		mode = fmt.Sprintf("crash (lease left to expire, session TTL %v)", sessionTTL)
-	}
+	nl := h.newLeader(old)
 	t.Logf("recovery time: %v after killing leader %s by %s; new leader %s; %d background puts failed meanwhile (last: %v)",
-		recovery.Round(time.Millisecond), old.RPCAddr, mode, nl.RPCAddr, failures, log.lastErr)
+		recovery.Round(time.Millisecond), old.RPCAddr, h.killMode(), nl.RPCAddr, failures, log.lastErr)
 
 	// Zero committed objects lost: every put that returned success reads
 	// back intact from the new leader.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -175,5 +176,37 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) {
 			t.Fatalf("%s: not within %v: %v", what, d, err)
 		}
 		<-tick.C
+	}
+}
+
+// pollUntil calls cond every few milliseconds until it is true, failing t
+// when ctx ends.
+func pollUntil(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// retry calls f until it returns nil or an error other than the
+// transient NO_AVAILABLE_HANDLE (DRAM still being offloaded) and
+// REPLICA_IS_NOT_READY, or until ctx ends.
+func retry(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if !errors.Is(err, store.ErrNoAvailableHandle) && !errors.Is(err, store.ErrReplicaIsNotReady) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

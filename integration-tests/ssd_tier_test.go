@@ -2,9 +2,7 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,37 +39,6 @@ func startTierPool(t *testing.T, onEvict bool) (*localcluster.Cluster, *client.C
 	return cl, newClient(t, cl, "client")
 }
 
-// retry calls f until it returns nil or an error other than the
-// transient NO_AVAILABLE_HANDLE (DRAM still being offloaded) and
-// REPLICA_IS_NOT_READY, or until the test's deadline.
-func retry(ctx context.Context, f func() error) error {
-	for {
-		err := f()
-		if !errors.Is(err, store.ErrNoAvailableHandle) && !errors.Is(err, store.ErrReplicaIsNotReady) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (gave up: %v)", err, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// waitFor polls cond until it holds or the test's deadline passes.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-func tierKey(i int) string { return fmt.Sprintf("ssd/%03d", i) }
-
 // TestSSDTierOffloadOnEvict fills a pool 2.5 times over with offload on
 // evict: evicted objects land in checksummed files on the node's disk
 // tier, nothing is lost, every object reads back byte for byte (those on
@@ -82,29 +49,12 @@ func TestSSDTierOffloadOnEvict(t *testing.T) {
 	ctx := testContext(t)
 	node := cl.Nodes[0]
 	const seed = 41
-	for i := range tierObjects {
-		v := valueFor(seed, i, tierValue)
-		if err := retry(ctx, func() error { return c.Put(ctx, tierKey(i), v, nil) }); err != nil {
-			t.Fatalf("put %s: %v", tierKey(i), err)
-		}
-	}
+	fillTier(t, ctx, c, seed, tierObjects, tierValue)
 	// Let the offloads the fill queued finish: the node's files and the
 	// master's LOCAL_DISK replicas then agree.
-	waitFor(t, ctx, "offloads to settle", func() bool {
-		st := stats(t, ctx, c)
-		return st.PendingOffloadBytes == 0 && int64(node.DiskTier().Stats().Files) == st.DiskObjects
-	})
+	settleOffloads(t, ctx, c, node)
 	// Every object is still known; the oldest ones are only on disk.
-	var diskOnly []string
-	for i := range tierObjects {
-		k, err := c.Stat(ctx, tierKey(i))
-		if err != nil {
-			t.Fatalf("stat %s after the fill: %v (an object was lost)", tierKey(i), err)
-		}
-		if k.DiskSegment != "" && len(k.Replicas) == 0 {
-			diskOnly = append(diskOnly, k.Key)
-		}
-	}
+	diskOnly := diskOnlyKeys(t, ctx, c, tierObjects)
 	if want := tierObjects - tierSegment/tierValue; len(diskOnly) < want {
 		t.Fatalf("%d objects only on disk, want at least %d", len(diskOnly), want)
 	}
@@ -125,41 +75,12 @@ func TestSSDTierOffloadOnEvict(t *testing.T) {
 
 	// Corrupt one file (a bit of its value): reading it is a miss.
 	victim := diskOnly[len(diskOnly)/2]
-	path := node.DiskTier().Path(victim)
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)-100] ^= 0x40
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := c.Get(ctx, victim)
-	if !errors.Is(err, store.ErrObjectNotFound) || got != nil {
-		t.Fatalf("get of the corrupted %s: %d bytes, %v; want OBJECT_NOT_FOUND", victim, len(got), err)
-	}
-	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("corrupt file still there: %v", err)
-	}
-	if _, err := c.Stat(ctx, victim); !errors.Is(err, store.ErrObjectNotFound) {
-		t.Fatalf("stat of the corrupted %s: %v; want OBJECT_NOT_FOUND", victim, err)
-	}
+	path := corruptTierFile(t, node, victim)
+	wantCorruptMiss(t, ctx, c, victim, path, "")
 
 	// Every other object reads back byte for byte.
 	before := stats(t, ctx, c)
-	for i := range tierObjects {
-		key := tierKey(i)
-		if key == victim {
-			continue
-		}
-		var got []byte
-		if err := retry(ctx, func() (err error) { got, err = c.Get(ctx, key); return err }); err != nil {
-			t.Fatalf("get %s: %v", key, err)
-		}
-		if want := valueFor(seed, i, tierValue); !bytes.Equal(got, want) {
-			t.Fatalf("get %s: %d bytes differ from the %d written (first at %d)", key, len(got), len(want), firstDiff(got, want))
-		}
-	}
+	readBackTier(t, ctx, c, seed, tierObjects, tierValue, "", victim)
 	after := stats(t, ctx, c)
 	if hits := after.DiskHits - before.DiskHits; hits < uint64(len(diskOnly)-1) {
 		t.Fatalf("%d reads served from disk, want at least %d", hits, len(diskOnly)-1)
@@ -189,7 +110,7 @@ func TestSSDTierWriteThrough(t *testing.T) {
 		// Wait for each copy, so that eviction never meets an object
 		// whose offload has not started yet (it would drop it).
 		key := tierKey(i)
-		waitFor(t, ctx, key+" on disk", func() bool {
+		pollUntil(t, ctx, key+" on disk", func() bool {
 			k, err := c.Stat(ctx, key)
 			return err == nil && k.DiskSegment != ""
 		})
@@ -285,7 +206,7 @@ func TestSSDTierSequentialReadUnderDRAMPressure(t *testing.T) {
 			t.Fatalf("put %s: %v", tierKey(i), err)
 		}
 	}
-	waitFor(t, ctx, "every put on disk", func() bool { return stats(t, ctx, c).DiskObjects == objects })
+	pollUntil(t, ctx, "every put on disk", func() bool { return stats(t, ctx, c).DiskObjects == objects })
 	before := stats(t, ctx, c)
 	start := time.Now()
 	for i := range objects {
