@@ -378,14 +378,7 @@ func (m *Master) UnmountSegment(id, client string) error {
 	for o := range s.objects {
 		m.dropReplicasOn(o, s)
 	}
-	if s.disk != nil {
-		for o := range s.disk.objects {
-			m.dropReplicasOn(o, s)
-		}
-		m.diskCapacity -= s.disk.capacity
-		s.disk = nil
-		m.tierSeq++
-	}
+	m.dropTier(s, s)
 	// Discarded ranges on this segment vanish with it.
 	for i := range m.discards {
 		kept := m.discards[i].replicas[:0]

@@ -249,7 +249,7 @@ func (m *Master) RestoreDiskUnmount(id string) error {
 	if s.disk == nil {
 		return store.Errorf(store.UnableOffload, "segment %q has no disk tier", id)
 	}
-	return m.quietly(func() error { m.dropTier(s); return nil })
+	return m.quietly(func() error { m.dropTier(s, nil); return nil })
 }
 
 // RestoreUpdate replaces the complete object rec.Key's replicas with rec's

@@ -209,15 +209,17 @@ func (m *Master) UnmountLocalDisk(id, client string) error {
 	if err != nil {
 		return err
 	}
-	m.dropTier(t.seg)
+	m.dropTier(t.seg, nil)
 	if ob := m.cfg.Observer; ob != nil {
 		ob.DiskUnmounted(id)
 	}
 	return nil
 }
 
-// dropTier detaches s's disk tier (explicitly, or with the segment).
-func (m *Master) dropTier(s *segment) {
+// dropTier detaches s's disk tier, explicitly (gone nil) or with the
+// segment (gone == s: UnmountSegment, after dropping the replicas on s;
+// staging ranges then vanish with s's allocator).
+func (m *Master) dropTier(s *segment, gone *segment) {
 	t := s.disk
 	if t == nil {
 		return
@@ -227,7 +229,7 @@ func (m *Master) dropTier(s *segment) {
 			if o.task.kind == TaskLoad {
 				m.stats.DiskMisses++ // a reader waits for it
 			}
-			m.cancelTask(o, nil)
+			m.cancelTask(o, gone)
 		}
 	}
 	for o := range s.objects {

@@ -608,3 +608,42 @@ func TestLoadCancelledByTierLossIsMiss(t *testing.T) {
 		})
 	}
 }
+
+// TestUnmountSegmentWithTier: unmounting a segment drops its tier through
+// the same path as UnmountLocalDisk, with the segment's ranges gone: a
+// taken load's staging range vanishes with the allocator (nothing is left
+// discarded), a pending write-through offload and the disk-only, DRAM and
+// both-tier objects all go, and the counters return to zero.
+func TestUnmountSegmentWithTier(t *testing.T) {
+	m, clk := tierMaster(t, false, nil)
+	mustPut(t, m, "w", "loading", 100, 1)
+	mustPut(t, m, "w", "ondisk", 100, 1)
+	mustPut(t, m, "w", "both", 100, 1)
+	offloadAll(t, m)
+	m.dropMemory(m.objects["loading"])
+	m.dropMemory(m.objects["ondisk"])
+	mustPut(t, m, "w", "offloading", 100, 1) // write-through, queued
+	if _, _, loading, err := m.GetOrLoad("loading"); !loading || err != nil {
+		t.Fatalf("GetOrLoad = %v, %v; want a load", loading, err)
+	}
+	if ts := take(t, m, 1); len(ts) != 1 || ts[0].Kind != TaskLoad {
+		t.Fatalf("took %+v; want the load", ts)
+	}
+	if err := m.UnmountSegment("a", "node"); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"loading", "ondisk", "both", "offloading"} {
+		if _, err := m.Stat(k); store.CodeOf(err) != store.ObjectNotFound {
+			t.Fatalf("%s after unmount: %v; want OBJECT_NOT_FOUND", k, err)
+		}
+	}
+	st := m.Stats()
+	if st.Objects != 0 || st.Used != 0 || st.DiscardedBytes != 0 || st.DiskCapacity != 0 || st.DiskUsed != 0 ||
+		st.PendingOffloadBytes != 0 || st.DiskMisses != 1 || len(m.inflight) != 0 {
+		t.Fatalf("after unmount: %+v, %d in flight", st, len(m.inflight))
+	}
+	m.expireTasks(clk.Now().Add(time.Hour)) // nothing left to expire
+	if st := m.Stats(); st.TierTaskTimeouts != 0 {
+		t.Fatalf("timeouts after unmount: %d", st.TierTaskTimeouts)
+	}
+}
