@@ -55,33 +55,30 @@ func (t *Table) Len() int {
 // ErrInvalidArgument for 0 (NULL); ErrInvalidHandle for a handle unknown,
 // released, or holding another type. what names the argument in the error.
 func Lookup[T any](t *Table, h Handle, what string) (T, error) {
-	var zero T
-	if h == 0 {
-		return zero, fmt.Errorf("%w: %s is NULL", ErrInvalidArgument, what)
-	}
 	t.mu.RLock()
-	v, ok := t.mu.objs[h]
-	t.mu.RUnlock()
-	if !ok {
-		return zero, fmt.Errorf("%w: %s %#x is unknown or was released", ErrInvalidHandle, what, uint64(h))
-	}
-	o, ok := v.(T)
-	if !ok {
-		return zero, fmt.Errorf("%w: %s %#x is a %T, not a %T", ErrInvalidHandle, what, uint64(h), v, zero)
-	}
-	return o, nil
+	defer t.mu.RUnlock()
+	return lookupLocked[T](t, h, what)
 }
 
 // Take is Lookup that also removes the handle, so exactly one of several
 // concurrent Takes of the same handle succeeds. A handle of another type is
 // left in place.
 func Take[T any](t *Table, h Handle, what string) (T, error) {
-	var zero T
-	if h == 0 {
-		return zero, fmt.Errorf("%w: %s is NULL", ErrInvalidArgument, what)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	o, err := lookupLocked[T](t, h, what)
+	if err == nil {
+		delete(t.mu.objs, h)
+	}
+	return o, err
+}
+
+// lookupLocked is Lookup with t.mu held (read or write).
+func lookupLocked[T any](t *Table, h Handle, what string) (T, error) {
+	var zero T
+	if h == 0 {
+		return zero, Null(what)
+	}
 	v, ok := t.mu.objs[h]
 	if !ok {
 		return zero, fmt.Errorf("%w: %s %#x is unknown or was released", ErrInvalidHandle, what, uint64(h))
@@ -90,6 +87,5 @@ func Take[T any](t *Table, h Handle, what string) (T, error) {
 	if !ok {
 		return zero, fmt.Errorf("%w: %s %#x is a %T, not a %T", ErrInvalidHandle, what, uint64(h), v, zero)
 	}
-	delete(t.mu.objs, h)
 	return o, nil
 }

@@ -52,6 +52,29 @@ func Done(fn string, err error) int32 {
 	return Succeed()
 }
 
+// DoneOut ends a call of the C function fn that yields one value: as Fail
+// for a non-nil err (out untouched), else it stores v in *out and succeeds.
+// out must not be NULL (the export checks it first).
+func DoneOut[T any](fn string, out *T, v T, err error) int32 {
+	if err != nil {
+		return Fail(fn, err)
+	}
+	*out = v
+	return Succeed()
+}
+
+// DoneHandle ends a call of the C function fn that creates an object: as
+// Fail for a non-nil err (nothing added, out untouched), else it adds v to
+// Handles, stores the new handle in *out and succeeds. out must not be NULL
+// (the export checks it first).
+func DoneHandle[T ~uint64](fn string, out *T, v any, err error) int32 {
+	if err != nil {
+		return Fail(fn, err)
+	}
+	*out = T(Handles.Add(v))
+	return Succeed()
+}
+
 // Succeed ends a successful call: it clears the thread's last error and
 // returns OK.
 func Succeed() int32 {

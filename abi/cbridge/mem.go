@@ -19,7 +19,7 @@ const MinAddr = 4096
 func CheckRange(what string, addr, n uintptr) error {
 	switch {
 	case addr == 0:
-		return fmt.Errorf("%w: %s is NULL", ErrInvalidArgument, what)
+		return Null(what)
 	case addr < MinAddr:
 		return fmt.Errorf("%w: %s %#x is not a valid address", ErrInvalidArgument, what, addr)
 	case n == 0:
@@ -61,7 +61,7 @@ func Slice[T any](what string, p *T, n uintptr) ([]T, error) {
 	var zero T
 	size := unsafe.Sizeof(zero)
 	if p == nil {
-		return nil, fmt.Errorf("%w: %s is NULL", ErrInvalidArgument, what)
+		return nil, Null(what)
 	}
 	if n == 0 {
 		return nil, fmt.Errorf("%w: %s has zero elements", ErrInvalidArgument, what)

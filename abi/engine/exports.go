@@ -36,18 +36,6 @@ func lookup(engine C.uint64_t) (*teEngine, error) {
 	return cbridge.Lookup[*teEngine](cbridge.Handles, cbridge.Handle(engine), "engine")
 }
 
-func null(what string) error {
-	return fmt.Errorf("%w: %s is NULL", cbridge.ErrInvalidArgument, what)
-}
-
-// goString copies a C string; NULL gives "".
-func goString(s *C.char) string {
-	if s == nil {
-		return ""
-	}
-	return C.GoString(s)
-}
-
 //export mcgo_te_create
 func mcgo_te_create(meta, name, host *C.char, port C.uint64_t, autoDiscover C.int, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
@@ -55,18 +43,14 @@ func mcgo_te_create(meta, name, host *C.char, port C.uint64_t, autoDiscover C.in
 	_ = autoDiscover // tcp is installed either way (see the header)
 	switch {
 	case meta == nil:
-		return cbridge.Fail(fn, null("metadata_conn_string"))
+		return cbridge.Fail(fn, cbridge.Null("metadata_conn_string"))
 	case name == nil:
-		return cbridge.Fail(fn, null("local_server_name"))
+		return cbridge.Fail(fn, cbridge.Null("local_server_name"))
 	case out == nil:
-		return cbridge.Fail(fn, null("out"))
+		return cbridge.Fail(fn, cbridge.Null("out"))
 	}
-	t, err := newEngine(C.GoString(meta), C.GoString(name), goString(host), uint64(port))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*out = C.uint64_t(cbridge.Handles.Add(t))
-	return cbridge.Succeed()
+	t, err := newEngine(C.GoString(meta), C.GoString(name), cbridge.GoString(host), uint64(port))
+	return cbridge.DoneHandle(fn, out, t, err)
 }
 
 //export mcgo_te_destroy
@@ -89,7 +73,7 @@ func mcgo_te_install_transport(engine C.uint64_t, proto *C.char) (rc int32) {
 		return cbridge.Fail(fn, err)
 	}
 	if proto == nil {
-		return cbridge.Fail(fn, null("proto"))
+		return cbridge.Fail(fn, cbridge.Null("proto"))
 	}
 	return cbridge.Done(fn, t.installTransport(C.GoString(proto)))
 }
@@ -106,7 +90,7 @@ func mcgo_te_register_local_memory(engine C.uint64_t, addr C.uintptr_t, length C
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
-	return cbridge.Done(fn, t.register(buf, goString(location), remote != 0))
+	return cbridge.Done(fn, t.register(buf, cbridge.GoString(location), remote != 0))
 }
 
 //export mcgo_te_unregister_local_memory
@@ -118,7 +102,7 @@ func mcgo_te_unregister_local_memory(engine C.uint64_t, addr C.uintptr_t) (rc in
 		return cbridge.Fail(fn, err)
 	}
 	if addr == 0 {
-		return cbridge.Fail(fn, null("addr"))
+		return cbridge.Fail(fn, cbridge.Null("addr"))
 	}
 	return cbridge.Done(fn, t.unregister(uint64(addr)))
 }
@@ -133,16 +117,12 @@ func mcgo_te_open_segment(engine C.uint64_t, name *C.char, out *C.int32_t) (rc i
 	}
 	switch {
 	case name == nil:
-		return cbridge.Fail(fn, null("name"))
+		return cbridge.Fail(fn, cbridge.Null("name"))
 	case out == nil:
-		return cbridge.Fail(fn, null("out_id"))
+		return cbridge.Fail(fn, cbridge.Null("out_id"))
 	}
 	id, err := t.openSegment(C.GoString(name))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*out = C.int32_t(id)
-	return cbridge.Succeed()
+	return cbridge.DoneOut(fn, out, C.int32_t(id), err)
 }
 
 //export mcgo_te_close_segment
@@ -165,14 +145,10 @@ func mcgo_te_allocate_batch(engine C.uint64_t, size C.size_t, out *C.uint64_t) (
 		return cbridge.Fail(fn, err)
 	}
 	if out == nil {
-		return cbridge.Fail(fn, null("out_batch"))
+		return cbridge.Fail(fn, cbridge.Null("out_batch"))
 	}
 	id, err := t.allocateBatch(uint64(size))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*out = C.uint64_t(id)
-	return cbridge.Succeed()
+	return cbridge.DoneOut(fn, out, C.uint64_t(id), err)
 }
 
 //export mcgo_te_submit
@@ -214,7 +190,7 @@ func mcgo_te_get_status(engine, batch C.uint64_t, task C.size_t, out *C.mc_te_st
 		return cbridge.Fail(fn, err)
 	}
 	if out == nil {
-		return cbridge.Fail(fn, null("out"))
+		return cbridge.Fail(fn, cbridge.Null("out"))
 	}
 	st, err := t.status(uint64(batch), uint64(task))
 	if err != nil {

@@ -27,23 +27,11 @@ const _ = uint(C.MC_STORE_MAX_KEY_LEN-MaxKeyLen) + uint(MaxKeyLen-C.MC_STORE_MAX
 // storeABIVersion is MC_STORE_ABI_VERSION.
 const storeABIVersion uint32 = C.MC_STORE_ABI_VERSION_MAJOR<<16 | C.MC_STORE_ABI_VERSION_MINOR
 
-func null(what string) error {
-	return fmt.Errorf("%w: %s is NULL", cbridge.ErrInvalidArgument, what)
-}
-
-// goString copies a C string; NULL gives "".
-func goString(s *C.char) string {
-	if s == nil {
-		return ""
-	}
-	return C.GoString(s)
-}
-
 // cKey copies a key, reading at most MaxKeyLen+1 bytes of it: NULL or ""
 // is MC_ERR_INVALID_ARGUMENT, a longer key INVALID_KEY.
 func cKey(p *C.char) (string, error) {
 	if p == nil {
-		return "", null("key")
+		return "", cbridge.Null("key")
 	}
 	n := C.strnlen(p, MaxKeyLen+1)
 	if n > MaxKeyLen {
@@ -64,6 +52,21 @@ func begin(h C.uint64_t) (*storeClient, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// beginKey is begin followed by cKey(key); on success the caller defers
+// s.release(), on failure nothing is held.
+func beginKey(h C.uint64_t, key *C.char) (*storeClient, string, error) {
+	s, err := begin(h)
+	if err != nil {
+		return nil, "", err
+	}
+	k, err := cKey(key)
+	if err != nil {
+		s.release()
+		return nil, "", err
+	}
+	return s, k, nil
 }
 
 // batchDone ends a batch call that was carried out: MC_OK, with
@@ -95,28 +98,24 @@ func mcgo_store_setup(host, meta *C.char, global, local C.uint64_t, proto, dev, 
 	const fn = "mc_store_setup"
 	switch {
 	case host == nil:
-		return cbridge.Fail(fn, null("local_hostname"))
+		return cbridge.Fail(fn, cbridge.Null("local_hostname"))
 	case meta == nil:
-		return cbridge.Fail(fn, null("metadata_server"))
+		return cbridge.Fail(fn, cbridge.Null("metadata_server"))
 	case master == nil:
-		return cbridge.Fail(fn, null("master_server_addr"))
+		return cbridge.Fail(fn, cbridge.Null("master_server_addr"))
 	case out == nil:
-		return cbridge.Fail(fn, null("out"))
+		return cbridge.Fail(fn, cbridge.Null("out"))
 	}
 	s, err := newStore(setupArgs{
 		LocalHostname:     C.GoString(host),
 		MetadataServer:    C.GoString(meta),
 		GlobalSegmentSize: uint64(global),
 		LocalBufferSize:   uint64(local),
-		Protocol:          goString(proto),
-		DeviceName:        goString(dev),
+		Protocol:          cbridge.GoString(proto),
+		DeviceName:        cbridge.GoString(dev),
 		MasterAddr:        C.GoString(master),
 	})
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*out = C.uint64_t(cbridge.Handles.Add(s))
-	return cbridge.Succeed()
+	return cbridge.DoneHandle(fn, out, s, err)
 }
 
 //export mcgo_store_destroy
@@ -140,7 +139,7 @@ func mcgo_store_get_hostname(h C.uint64_t, buf C.uintptr_t, capacity C.size_t, o
 	}
 	defer s.release()
 	if outLen == nil {
-		return cbridge.Fail(fn, null("out_len"))
+		return cbridge.Fail(fn, cbridge.Null("out_len"))
 	}
 	b, err := cbridge.ForeignBytes("buf", uintptr(buf), uintptr(capacity))
 	if err != nil {
@@ -181,7 +180,7 @@ func mcgo_store_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 	}
 	defer s.release()
 	if ptr == 0 {
-		return cbridge.Fail(fn, null("ptr"))
+		return cbridge.Fail(fn, cbridge.Null("ptr"))
 	}
 	return cbridge.Done(fn, s.unregister(uint64(ptr)))
 }
@@ -190,15 +189,11 @@ func mcgo_store_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 func mcgo_store_put(h C.uint64_t, key *C.char, value C.uintptr_t, size C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_put"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	v, err := cbridge.ForeignBytes("value", uintptr(value), uintptr(size))
 	if err != nil {
 		return cbridge.Fail(fn, err)
@@ -210,43 +205,31 @@ func mcgo_store_put(h C.uint64_t, key *C.char, value C.uintptr_t, size C.size_t)
 func mcgo_store_get(h C.uint64_t, key *C.char, buf C.uintptr_t, capacity C.size_t, outSize *C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_get"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	if outSize == nil {
-		return cbridge.Fail(fn, null("out_size"))
+		return cbridge.Fail(fn, cbridge.Null("out_size"))
 	}
 	b, err := cbridge.ForeignBytes("buf", uintptr(buf), uintptr(capacity))
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	n, err := s.get(k, b)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*outSize = C.size_t(n)
-	return cbridge.Succeed()
+	return cbridge.DoneOut(fn, outSize, C.size_t(n), err)
 }
 
 //export mcgo_store_put_from
 func mcgo_store_put_from(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_put_from"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	buf, err := s.zeroCopy("ptr", uintptr(ptr), uintptr(size))
 	if err != nil {
 		return cbridge.Fail(fn, err)
@@ -258,17 +241,13 @@ func mcgo_store_put_from(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size
 func mcgo_store_get_into(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size_t, outRead *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_get_into"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	if outRead == nil {
-		return cbridge.Fail(fn, null("out_read"))
+		return cbridge.Fail(fn, cbridge.Null("out_read"))
 	}
 	buf, err := s.zeroCopy("ptr", uintptr(ptr), uintptr(size))
 	if err != nil {
@@ -282,42 +261,99 @@ func mcgo_store_get_into(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size
 	return cbridge.Succeed()
 }
 
-// batchArgs validates the arrays of a zero-copy batch and each entry:
-// entries with a bad key or range get their error in errs and are left out
-// of keys/bufs; idx maps keys/bufs back to positions.
-func batchArgs(s *storeClient, ks []*C.char, ps []C.uintptr_t, sz []C.size_t) (keys []string, bufs [][]byte, idx []int, errs []error) {
-	errs = make([]error, len(ks))
+// batch is the per-key state of a batch call: the keys (with their
+// buffers, for a zero-copy batch) that passed validation, to hand on, and
+// each position's outcome.
+type batch struct {
+	keys []string
+	bufs [][]byte
+	idx  []int   // keys[j] is at position idx[j] of the call's arrays
+	vals []int64 // per position: the result of a key that succeeded
+	errs []error // per position: why a key failed
+}
+
+// newBatch validates the keys ks of a batch and, for a zero-copy batch (ps
+// not nil), each key's range ps[i], sz[i] (s.zeroCopy): a bad key or range
+// fails its position alone and is left out of b.keys and b.bufs.
+func newBatch(s *storeClient, ks []*C.char, ps []C.uintptr_t, sz []C.size_t) *batch {
+	b := &batch{vals: make([]int64, len(ks)), errs: make([]error, len(ks))}
 	for i := range ks {
 		k, err := cKey(ks[i])
 		if err != nil {
-			errs[i] = fmt.Errorf("keys[%d]: %w", i, err)
+			b.errs[i] = fmt.Errorf("keys[%d]: %w", i, err)
 			continue
 		}
-		buf, err := s.zeroCopy(fmt.Sprintf("ptrs[%d]", i), uintptr(ps[i]), uintptr(sz[i]))
-		if err != nil {
-			errs[i] = fmt.Errorf("key %q: %w", k, err)
-			continue
+		if ps != nil {
+			buf, err := s.zeroCopy(fmt.Sprintf("ptrs[%d]", i), uintptr(ps[i]), uintptr(sz[i]))
+			if err != nil {
+				b.errs[i] = fmt.Errorf("key %q: %w", k, err)
+				continue
+			}
+			b.bufs = append(b.bufs, buf)
 		}
-		keys, bufs, idx = append(keys, k), append(bufs, buf), append(idx, i)
+		b.keys, b.idx = append(b.keys, k), append(b.idx, i)
 	}
-	return keys, bufs, idx, errs
+	return b
 }
 
-// batchArrays turns the C arrays of a zero-copy batch into slices.
-func batchArrays(keys **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t) ([]*C.char, []C.uintptr_t, []C.size_t, error) {
+// set records the outcome of b.keys[j]: its result v, or its error.
+func (b *batch) set(j int, v int64, err error) {
+	b.vals[b.idx[j]], b.errs[b.idx[j]] = v, err
+}
+
+// keyBatch turns the C arrays of a batch of n keys into a batch and its out
+// array (named outName) into a slice; n == 0 gives an empty batch.
+func keyBatch[T any](s *storeClient, keys **C.char, n C.size_t, outName string, out *T) (*batch, []T, error) {
+	if n == 0 {
+		return &batch{}, nil, nil
+	}
 	ks, err := cbridge.Slice("keys", keys, uintptr(n))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
+	}
+	res, err := cbridge.Slice(outName, out, uintptr(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	return newBatch(s, ks, nil, nil), res, nil
+}
+
+// zeroCopyBatch is keyBatch for a zero-copy batch, with its ptrs and sizes
+// arrays.
+func zeroCopyBatch[T any](s *storeClient, keys **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, outName string, out *T) (*batch, []T, error) {
+	if n == 0 {
+		return &batch{}, nil, nil
+	}
+	ks, err := cbridge.Slice("keys", keys, uintptr(n))
+	if err != nil {
+		return nil, nil, err
 	}
 	ps, err := cbridge.Slice("ptrs", ptrs, uintptr(n))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	sz, err := cbridge.Slice("sizes", sizes, uintptr(n))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return ks, ps, sz, nil
+	res, err := cbridge.Slice(outName, out, uintptr(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	return newBatch(s, ks, ps, sz), res, nil
+}
+
+// report ends a batch call that was carried out: each position's result, or
+// its error's code, goes to out, then batchDone.
+func report[T ~int32 | ~int64](fn string, b *batch, out []T) int32 {
+	for i, err := range b.errs {
+		if err != nil {
+			out[i] = T(code(err))
+		} else {
+			out[i] = T(b.vals[i])
+		}
+	}
+	return batchDone(fn, b.errs)
 }
 
 //export mcgo_store_batch_put_from
@@ -329,27 +365,16 @@ func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, s
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	if n == 0 {
-		return cbridge.Succeed()
-	}
-	ks, ps, sz, err := batchArrays(keys, ptrs, sizes, n)
+	b, codes, err := zeroCopyBatch(s, keys, ptrs, sizes, n, "out_codes", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
-	codes, err := cbridge.Slice("out_codes", out, uintptr(n))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	valid, bufs, idx, errs := batchArgs(s, ks, ps, sz)
-	if len(valid) > 0 {
-		for j, err := range s.batchPutFrom(valid, bufs) {
-			errs[idx[j]] = err
+	if len(b.keys) > 0 {
+		for j, err := range s.batchPutFrom(b.keys, b.bufs) {
+			b.set(j, 0, err)
 		}
 	}
-	for i, err := range errs {
-		codes[i] = C.int32_t(code(err))
-	}
-	return batchDone(fn, errs)
+	return report(fn, b, codes)
 }
 
 //export mcgo_store_batch_get_into
@@ -361,48 +386,28 @@ func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, s
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	if n == 0 {
-		return cbridge.Succeed()
-	}
-	ks, ps, sz, err := batchArrays(keys, ptrs, sizes, n)
+	b, results, err := zeroCopyBatch(s, keys, ptrs, sizes, n, "out_results", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
-	results, err := cbridge.Slice("out_results", out, uintptr(n))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	valid, bufs, idx, errs := batchArgs(s, ks, ps, sz)
-	read := make([]int, len(ks))
-	if len(valid) > 0 {
-		got, gerrs := s.batchGetInto(valid, bufs)
-		for j := range valid {
-			read[idx[j]], errs[idx[j]] = got[j], gerrs[j]
+	if len(b.keys) > 0 {
+		got, errs := s.batchGetInto(b.keys, b.bufs)
+		for j := range b.keys {
+			b.set(j, int64(got[j]), errs[j])
 		}
 	}
-	for i, err := range errs {
-		if err != nil {
-			results[i] = C.int64_t(code(err))
-		} else {
-			results[i] = C.int64_t(read[i])
-		}
-	}
-	return batchDone(fn, errs)
+	return report(fn, b, results)
 }
 
 //export mcgo_store_is_exist
 func mcgo_store_is_exist(h C.uint64_t, key *C.char) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_is_exist"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	ok, err := s.batchIsExist([]string{k})
 	if err != nil {
 		return cbridge.Fail(fn, err)
@@ -423,65 +428,35 @@ func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.size_t, out *C.i
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	if n == 0 {
-		return cbridge.Succeed()
-	}
-	ks, err := cbridge.Slice("keys", keys, uintptr(n))
+	b, res, err := keyBatch(s, keys, n, "out", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
-	res, err := cbridge.Slice("out", out, uintptr(n))
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	errs := make([]error, len(ks))
-	var valid []string
-	var idx []int
-	for i := range ks {
-		k, err := cKey(ks[i])
-		if err != nil {
-			errs[i] = fmt.Errorf("keys[%d]: %w", i, err)
-			continue
-		}
-		valid, idx = append(valid, k), append(idx, i)
-	}
-	exists := make([]bool, len(ks))
-	if len(valid) > 0 {
-		got, err := s.batchIsExist(valid)
-		for j := range valid {
-			if err != nil {
-				errs[idx[j]] = err
-			} else {
-				exists[idx[j]] = got[j]
+	if len(b.keys) > 0 {
+		got, err := s.batchIsExist(b.keys)
+		for j := range b.keys {
+			switch {
+			case err != nil:
+				b.set(j, 0, err)
+			case got[j]:
+				b.set(j, 1, nil)
+			default:
+				b.set(j, 0, nil)
 			}
 		}
 	}
-	for i, err := range errs {
-		switch {
-		case err != nil:
-			res[i] = C.int32_t(code(err))
-		case exists[i]:
-			res[i] = 1
-		default:
-			res[i] = 0
-		}
-	}
-	return batchDone(fn, errs)
+	return report(fn, b, res)
 }
 
 //export mcgo_store_remove
 func mcgo_store_remove(h C.uint64_t, key *C.char, force C.int) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_remove"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	return cbridge.Done(fn, s.remove(k, force != 0))
 }
 
@@ -489,22 +464,14 @@ func mcgo_store_remove(h C.uint64_t, key *C.char, force C.int) (rc int32) {
 func mcgo_store_get_size(h C.uint64_t, key *C.char, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_get_size"
-	s, err := begin(h)
+	s, k, err := beginKey(h, key)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	k, err := cKey(key)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	if out == nil {
-		return cbridge.Fail(fn, null("out_size"))
+		return cbridge.Fail(fn, cbridge.Null("out_size"))
 	}
 	n, err := s.getSize(k)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	*out = C.uint64_t(n)
-	return cbridge.Succeed()
+	return cbridge.DoneOut(fn, out, C.uint64_t(n), err)
 }

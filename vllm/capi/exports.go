@@ -59,10 +59,6 @@ func done(fn string, err error) int32 {
 	return cbridge.Succeed()
 }
 
-func null(what string) error {
-	return fmt.Errorf("%w: %s is NULL", cbridge.ErrInvalidArgument, what)
-}
-
 // lookup returns the connector of handle h, checking its role.
 func lookup(h C.uint64_t, role vllm.Role) (*connector, error) {
 	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
@@ -81,7 +77,7 @@ func lookup(h C.uint64_t, role vllm.Role) (*connector, error) {
 // decode parses the JSON C string p into v.
 func decode(what string, p *C.char, v any) error {
 	if p == nil {
-		return null(what)
+		return cbridge.Null(what)
 	}
 	if err := json.Unmarshal([]byte(C.GoString(p)), v); err != nil {
 		return fmt.Errorf("%w: %s: %v", vllm.ErrBadInput, what, err)
@@ -103,10 +99,10 @@ func mcgo_vllm_create(settings *C.char, role C.int, out *C.uint64_t) (rc int32) 
 	defer cbridge.Recover(&rc)
 	const fn = "mc_vllm_create"
 	if settings == nil {
-		return fail(fn, null("settings_json"))
+		return fail(fn, cbridge.Null("settings_json"))
 	}
 	if out == nil {
-		return fail(fn, null("out"))
+		return fail(fn, cbridge.Null("out"))
 	}
 	s, err := vllm.ParseSettings([]byte(C.GoString(settings)), nil)
 	if err != nil {
@@ -151,7 +147,7 @@ func mcgo_vllm_lookup(h C.uint64_t, args *C.char, outTokens *C.int64_t, outAsync
 		return fail(fn, err)
 	}
 	if outTokens == nil || outAsync == nil {
-		return fail(fn, null("out_tokens or out_async"))
+		return fail(fn, cbridge.Null("out_tokens or out_async"))
 	}
 	var a vllm.LookupArgs
 	if err := decode("args_json", args, &a); err != nil {
@@ -224,7 +220,7 @@ func mcgo_vllm_request_finished(h C.uint64_t, args *C.char, out *C.mc_buf_t) (rc
 		return fail(fn, err)
 	}
 	if out == nil {
-		return fail(fn, null("out"))
+		return fail(fn, cbridge.Null("out"))
 	}
 	var a vllm.FinishArgs
 	if err := decode("args_json", args, &a); err != nil {
@@ -251,7 +247,7 @@ func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 		return fail(fn, err)
 	}
 	if out == nil {
-		return fail(fn, null("out"))
+		return fail(fn, cbridge.Null("out"))
 	}
 	b, err := c.sched.BuildMeta()
 	if err != nil {
@@ -383,7 +379,7 @@ func mcgo_vllm_get_finished(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 		return fail(fn, err)
 	}
 	if out == nil {
-		return fail(fn, null("out"))
+		return fail(fn, cbridge.Null("out"))
 	}
 	f, ferr := c.worker.GetFinished()
 	b, err := json.Marshal(f)
@@ -403,7 +399,7 @@ func mcgo_vllm_take_stats(h C.uint64_t, out *C.mc_vllm_stats_t) (rc int32) {
 		return fail(fn, err)
 	}
 	if out == nil {
-		return fail(fn, null("out"))
+		return fail(fn, cbridge.Null("out"))
 	}
 	s := c.worker.TakeStats()
 	out.saved_blocks, out.loaded_blocks, out.failed_blocks = C.uint64_t(s.SavedBlocks), C.uint64_t(s.LoadedBlocks), C.uint64_t(s.FailedBlocks)
