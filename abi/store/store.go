@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
 	mcstore "github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
@@ -37,8 +37,8 @@ const MaxKeyLen = 4096
 const setupTimeout = 60 * time.Second
 
 // envBindAddress is upstream's variable naming the address the TCP data
-// plane listens on.
-const envBindAddress = "MC_TCP_BIND_ADDRESS"
+// plane listens on (read by poolclient.BindHost).
+const envBindAddress = poolclient.EnvBindAddress
 
 // setupArgs are mc_store_setup's arguments (upstream setup()).
 type setupArgs struct {
@@ -92,9 +92,10 @@ func checkKey(key string) error {
 }
 
 // listenAddr derives where the data plane listens and what it publishes
-// from local_hostname ("host" or "host:port"): bind host (MC_TCP_BIND_ADDRESS,
-// else host when it is an IP literal, else every interface), port (given, or
-// 0), and the host peers dial (host, unless it is an unspecified IP).
+// from local_hostname ("host" or "host:port"): bind host
+// (poolclient.BindHost: MC_TCP_BIND_ADDRESS, else host when it is an IP
+// literal, else every interface), port (given, or 0), and the host peers
+// dial (host, unless it is an unspecified IP).
 func listenAddr(localHostname string) (bindHost string, port int, publish string, err error) {
 	host, p, splitErr := net.SplitHostPort(localHostname)
 	if splitErr != nil {
@@ -113,23 +114,10 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 		}
 		port = int(n)
 	}
-	ip := net.ParseIP(host)
-	switch {
-	case ip != nil:
-		bindHost = host
-	default:
-		bindHost = "0.0.0.0"
-	}
-	if ip == nil || !ip.IsUnspecified() {
+	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
 		publish = host
 	}
-	if env := os.Getenv(envBindAddress); env != "" {
-		bindHost = env
-		if h, _, err := net.SplitHostPort(env); err == nil {
-			bindHost = h
-		}
-	}
-	return bindHost, port, publish, nil
+	return poolclient.BindHost(host), port, publish, nil
 }
 
 // freePort asks the kernel for a free TCP port on host (the listener is
@@ -143,12 +131,12 @@ func freePort(host string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// openMetadata connects to metadata_server (poolclient.OpenMetadata);
-// etcd failures carry MC_ERR_METADATA.
+// openMetadata connects to metadata_server (metaopen.Open); etcd failures
+// carry MC_ERR_METADATA.
 func openMetadata(ctx context.Context, conn, bindHost, publish string) (meta metadata.Store, closer io.Closer, name string, err error) {
-	meta, closer, name, err = poolclient.OpenMetadata(ctx, conn, bindHost, publish)
+	meta, closer, name, err = metaopen.Open(ctx, conn, bindHost, publish)
 	if err != nil {
-		if kind, _, perr := metadata.ParseConnString(conn); perr == nil && kind == metadata.KindEtcd {
+		if kind, _, perr := metadata.ParseConnString(strings.ReplaceAll(conn, ";", ",")); perr == nil && kind == metadata.KindEtcd {
 			err = cbridge.MetadataError(err)
 		}
 		return nil, nil, "", err

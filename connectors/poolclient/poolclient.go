@@ -16,14 +16,10 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mooncake-go/mooncake/connectors/config"
-	"github.com/mooncake-go/mooncake/core/metadata"
-	"github.com/mooncake-go/mooncake/core/metadata/etcdmeta"
-	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
-	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
+	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
@@ -107,17 +103,16 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 			port = int(n)
 		}
 	}
-	bind := host
-	if ip := net.ParseIP(host); ip == nil {
-		bind = "0.0.0.0"
-	}
-	if env := os.Getenv("MC_TCP_BIND_ADDRESS"); env != "" {
-		bind = env
-		if h, _, err := net.SplitHostPort(env); err == nil {
-			bind = h
+	bind := BindHost(host)
+	conn := cfg.MetadataServer
+	if conn == "" {
+		u, err := metaopen.DefaultURL(cfg.MasterServerAddress)
+		if err != nil {
+			return nil, fmt.Errorf("poolclient: master_server_address %q is not host:port: %v", cfg.MasterServerAddress, err)
 		}
+		conn = u
 	}
-	meta, closer, name, err := openMetadata(ctx, cfg.MetadataServer, cfg.MasterServerAddress, bind, host)
+	meta, closer, name, err := metaopen.Open(ctx, conn, bind, host)
 	if err != nil {
 		return nil, err
 	}
@@ -154,54 +149,23 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 	return &Pool{Client: c, Name: name, meta: closer}, nil
 }
 
-// openMetadata connects to the metadata service conn; empty means the
-// HTTP server of `mooncake master` on the master's host (port 8080).
-func openMetadata(ctx context.Context, conn, master, bind, host string) (metadata.Store, io.Closer, string, error) {
-	if conn == "" {
-		h, _, err := net.SplitHostPort(master)
-		if err != nil {
-			return nil, nil, "", fmt.Errorf("poolclient: master_server_address %q is not host:port: %v", master, err)
-		}
-		conn = "http://" + net.JoinHostPort(h, "8080") + "/metadata"
-	}
-	return OpenMetadata(ctx, strings.ReplaceAll(conn, ";", ","), bind, host)
-}
+// EnvBindAddress is upstream's variable naming the address the TCP data
+// plane listens on.
+const EnvBindAddress = "MC_TCP_BIND_ADDRESS"
 
-// OpenMetadata connects to the transfer metadata service conn (upstream
-// metadata_server): an http:// URL, etcd endpoints, or P2PHANDSHAKE, for
-// which it starts the handshake listener on bind (port chosen by the
-// kernel) publishing host (empty: the listener's address) and returns the
-// segment name the engine must use (else name is ""). closer releases the
-// connection. Errors: the backend's (metadata.ErrUnreachable and friends),
-// ErrUnsupported for a kind not built (redis).
-func OpenMetadata(ctx context.Context, conn, bind, host string) (meta metadata.Store, closer io.Closer, name string, err error) {
-	kind, _, err := metadata.ParseConnString(conn)
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("metadata_server %q: %w", conn, err)
+// BindHost is the host the data plane of a process that peers reach as
+// host listens on: MC_TCP_BIND_ADDRESS's host (or its whole value when it
+// is not host:port) when set, as upstream; else host when it is an IP
+// literal; else every interface (0.0.0.0).
+func BindHost(host string) string {
+	if env := os.Getenv(EnvBindAddress); env != "" {
+		if h, _, err := net.SplitHostPort(env); err == nil {
+			return h
+		}
+		return env
 	}
-	switch kind {
-	case metadata.KindHTTP:
-		c, err := httpmeta.NewClient(conn)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return c, c, "", nil
-	case metadata.KindEtcd:
-		s, err := etcdmeta.NewFromConnString(ctx, conn)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return s, s, "", nil
-	case metadata.KindP2P:
-		var opts []p2pmeta.Option
-		if host != "" {
-			opts = append(opts, p2pmeta.WithHost(host))
-		}
-		s, err := p2pmeta.Listen(net.JoinHostPort(bind, "0"), opts...)
-		if err != nil {
-			return nil, nil, "", err
-		}
-		return s, s, s.Name(), nil
+	if net.ParseIP(host) == nil {
+		return "0.0.0.0"
 	}
-	return nil, nil, "", fmt.Errorf("%w: %s metadata backend (%q) is not implemented by mooncake-go; pass an HTTP URL such as http://127.0.0.1:8080/metadata (`mooncake master` serves one), an etcd endpoint list or P2PHANDSHAKE", ErrUnsupported, kind, conn)
+	return host
 }
