@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -53,6 +54,11 @@ one command runs a whole single-machine pool.`,
 					NoEvictSoftPinned:      !evictSoftPinned,
 					EnableOffload:          enableOffload,
 					OffloadOnEvict:         offloadOnEvict,
+					// The library's default seed is fixed (deterministic
+					// tests); a running master draws a fresh one, so that
+					// "random" placement is not the same sequence after
+					// every start.
+					Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 				},
 				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
 			}

@@ -41,7 +41,8 @@ type Config struct {
 	ClientTTL time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
-	// Rand drives placement; default a fixed-seed PCG (deterministic).
+	// Rand drives placement; default a fixed-seed PCG (deterministic, for
+	// tests). `mooncake master` passes a randomly seeded one.
 	Rand *rand.Rand
 	// Observer, when set, is told of every committed mutation,
 	// synchronously and in order (replication.go); default none.
