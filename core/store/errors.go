@@ -1,5 +1,6 @@
 // Package store holds what every part of the KV-cache pool shares: upstream
-// Mooncake Store's error codes. The pool itself lives in the subpackages:
+// Mooncake Store's error codes, and the kinds of mounted segments
+// (SegmentKind, ours). The pool itself lives in the subpackages:
 // master (object table, placement, leases, eviction; pure logic), server
 // (gRPC service around a master), client (master RPC plus the transfer data
 // path) and storepb (wire messages).

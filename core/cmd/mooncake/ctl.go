@@ -70,7 +70,7 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 
 	segments := &cobra.Command{
 		Use:   "segments",
-		Short: "List mounted segments: id, name, capacity, used, objects",
+		Short: "List mounted segments: id, name, capacity, used, objects, client, kind (standalone or embedded)",
 		Args:  noArgs,
 		RunE: run("segments", 0, func(ctx context.Context, a *client.Admin, out io.Writer, _ []string) error {
 			segs, err := a.ListSegments(ctx)
@@ -78,9 +78,11 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 				return err
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tCAPACITY\tUSED\tUSED%\tOBJECTS\tCLIENT")
+			// KIND is last so that scripts reading the older columns by
+			// position keep working.
+			fmt.Fprintln(tw, "ID\tNAME\tCAPACITY\tUSED\tUSED%\tOBJECTS\tCLIENT\tKIND")
 			for _, s := range segs {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%d\t%s\n", s.ID, s.Name, s.Size, s.Used, 100*s.UsedRatio(), s.Objects, s.Client)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f\t%d\t%s\t%s\n", s.ID, s.Name, s.Size, s.Used, 100*s.UsedRatio(), s.Objects, s.Client, s.Kind)
 			}
 			return tw.Flush()
 		}),

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/server"
 )
@@ -12,7 +13,8 @@ import (
 // startCtlMaster serves an in-process master on 127.0.0.1 holding two
 // segments and a few objects:
 //
-//	seg-a (node-a, 1 MiB, client c1), seg-b (node-b, 1 MiB, client c1)
+//	seg-a (node-a, 1 MiB, client c1, embedded),
+//	seg-b (node-b, 1 MiB, client c1, standalone: takes the small objects)
 //	app/1 100 bytes x2, app/2 200 bytes leased, app/3 being written,
 //	pinned 300 bytes soft+hard, big 1.5 MiB striped over both segments
 func startCtlMaster(t *testing.T) *server.Process {
@@ -33,7 +35,7 @@ func startCtlMaster(t *testing.T) *server.Process {
 			}
 		}
 		must(m.MountSegment(master.Segment{ID: "seg-a", Name: "node-a", Base: 1 << 32, Size: 1 << 20, Protocol: "tcp"}, "c1"))
-		must(m.MountSegment(master.Segment{ID: "seg-b", Name: "node-b", Base: 2 << 32, Size: 1 << 20, Protocol: "tcp"}, "c1"))
+		must(m.MountSegment(master.Segment{ID: "seg-b", Name: "node-b", Base: 2 << 32, Size: 1 << 20, Protocol: "tcp", Kind: store.SegmentStandalone}, "c1"))
 		put := func(key string, size uint64, cfg master.ReplicaConfig, end bool) {
 			_, err := m.PutStart("c1", key, size, cfg)
 			must(err)
@@ -84,11 +86,11 @@ func TestCtl(t *testing.T) {
 
 	t.Run("segments", func(t *testing.T) {
 		lines := ctlOK(t, addr, "segments")
-		if h := strings.Fields(lines[0]); strings.Join(h, " ") != "ID NAME CAPACITY USED USED% OBJECTS CLIENT" || len(lines) != 3 {
+		if h := strings.Fields(lines[0]); strings.Join(h, " ") != "ID NAME CAPACITY USED USED% OBJECTS CLIENT KIND" || len(lines) != 3 {
 			t.Fatalf("table:\n%s", strings.Join(lines, "\n"))
 		}
 		a, b := row(t, lines, "seg-a"), row(t, lines, "seg-b")
-		if a[1] != "node-a" || a[2] != "1048576" || a[6] != "c1" || b[1] != "node-b" {
+		if a[1] != "node-a" || a[2] != "1048576" || a[6] != "c1" || a[7] != "embedded" || b[1] != "node-b" || b[7] != "standalone" {
 			t.Fatalf("rows %v %v", a, b)
 		}
 		// big fills one segment's largest range and the rest of the other;

@@ -500,6 +500,10 @@ func TestTwoProcessPool(t *testing.T) {
 	if !strings.Contains(ready, "contributes 64.0 MiB to "+rpc) || strings.Contains(ready, "node:  ") {
 		t.Errorf("node's ready line %q", ready)
 	}
+	// A node's segment is standalone: placement fills it before engines'.
+	if segs := ctlOK(t, rpc, "segments"); len(segs) != 2 || !strings.HasSuffix(strings.TrimSpace(segs[1]), " standalone") {
+		t.Errorf("ctl segments with one node:\n%s", strings.Join(segs, "\n"))
+	}
 
 	rep := report(t, mooncake(t, 60*time.Second, "replay", "--master", rpc, "--metadata-server", meta, "--limit", "100", "--json"))
 	if rep["requests"] != 100 {

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/disk"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
@@ -65,6 +66,9 @@ func nodeCmd() *cobra.Command {
 			cfg := client.Config{
 				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
+				// A node outlives the engines writing to it: the master
+				// places replicas here before engines' own segments.
+				SegmentKind:    store.SegmentStandalone,
 				StorageRootDir: storageDir, StorageQuota: uint64(quotaBytes),
 			}
 			if offerShm {

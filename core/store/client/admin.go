@@ -48,6 +48,10 @@ type SegmentInfo struct {
 	Base, Size                 uint64 // address in the owner, bytes
 	Used, LargestFree          uint64 // bytes allocated; largest free range
 	Objects                    int    // objects with a replica or slice here
+	// Kind says whether the segment outlives its owner's process
+	// (store.SegmentKind, ours); embedded for a master that does not send
+	// one.
+	Kind store.SegmentKind
 }
 
 // UsedRatio returns the fraction of the segment in use.
@@ -100,6 +104,7 @@ func segmentInfo(g *pb.SegmentInfo) SegmentInfo {
 	return SegmentInfo{
 		ID: s.GetId(), Name: s.GetName(), Protocol: s.GetProtocol(), HostID: s.GetHostId(), Client: g.ClientId,
 		Base: s.GetBase(), Size: s.GetSize(), Used: g.Used, LargestFree: g.LargestFree, Objects: int(g.Objects),
+		Kind: store.SegmentKind(s.GetKind()),
 	}
 }
 

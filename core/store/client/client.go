@@ -5,7 +5,7 @@
 // buffers). A client may also contribute memory to the pool: with
 // GlobalSegmentSize > 0 it maps that much DRAM, registers it with its engine
 // and mounts it at the master (a storage node is a client that only does
-// this).
+// this, and says so with SegmentKind: store.SegmentStandalone).
 //
 // Reads honour leases: a read that finishes after the lease the master
 // granted fails with LEASE_EXPIRED, because the bytes may have been evicted
@@ -62,6 +62,15 @@ type Config struct {
 	// GlobalSegmentSize is the DRAM in bytes contributed to the pool; 0 =
 	// pure client (upstream global_segment_size).
 	GlobalSegmentSize uint64
+	// SegmentKind tells the master whether the global segment outlives
+	// this client's process: store.SegmentEmbedded (the default: a client
+	// embedded in an application, such as an inference engine's
+	// connector, whose segment vanishes when it exits) or
+	// store.SegmentStandalone (a storage process that only contributes
+	// memory: `mooncake node`). The master places replicas on standalone
+	// segments first. Ignored without a global segment; an undefined kind
+	// is INVALID_PARAMS. Ours: upstream has no such setting.
+	SegmentKind store.SegmentKind
 	// LocalBufferSize is the registered scratch buffer in bytes used by the
 	// copying Put/Get; 0 = only zero-copy calls (upstream local_buffer_size).
 	LocalBufferSize uint64
@@ -131,6 +140,8 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		return nil, store.Errorf(store.InvalidParams, "no metadata store")
 	case cfg.Transport == nil:
 		return nil, store.Errorf(store.InvalidParams, "no transport")
+	case !cfg.SegmentKind.Valid():
+		return nil, store.Errorf(store.InvalidParams, "undefined segment kind %d", cfg.SegmentKind)
 	}
 	if cfg.LocalHostname == "" {
 		h, _ := os.Hostname()
@@ -228,7 +239,8 @@ func (c *Client) mount(ctx context.Context) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	st, err := c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: &pb.Segment{
-		Id: c.segID, Name: c.cfg.LocalHostname, Base: c.segment.Addr(), Size: uint64(c.segment.Len()), Protocol: c.cfg.Transport.Protocol()}})
+		Id: c.segID, Name: c.cfg.LocalHostname, Base: c.segment.Addr(), Size: uint64(c.segment.Len()), Protocol: c.cfg.Transport.Protocol(),
+		Kind: pb.SegmentKind(c.cfg.SegmentKind)}})
 	if err != nil {
 		return rpcErr("mount segment", err)
 	}

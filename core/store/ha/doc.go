@@ -42,6 +42,11 @@
 // manifest mooncake-store/<cluster_id>/snapshot, and deletes older chunks
 // and the log keys the snapshot covers.
 //
+// A segment's mount event and snapshot record carry its kind
+// (master.Segment.Kind, which placement reads) as "kind": "standalone",
+// left out for embedded segments: a log or snapshot written before kinds
+// existed loads every segment as embedded.
+//
 // Takeover: a new leader loads the latest snapshot and replays the log
 // after it into a fresh master through the master's Restore methods (Load)
 // before it serves anything; the new leader's first sequence number

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/master"
 )
 
@@ -29,7 +30,11 @@ type wireSegment struct {
 	Size     uint64 `json:"size"`
 	Protocol string `json:"protocol,omitempty"`
 	HostID   string `json:"host_id,omitempty"`
-	Client   string `json:"client"`
+	// Kind is "standalone", or absent for embedded (the zero kind, and
+	// what entries written before kinds existed decode as); another text
+	// fails to decode (ErrCorrupt).
+	Kind   store.SegmentKind `json:"kind,omitempty"`
+	Client string            `json:"client"`
 	// DiskCapacity is the segment's disk tier in bytes (snapshots only;
 	// the log carries disk_mount events); 0 = none.
 	DiskCapacity uint64 `json:"disk_capacity,omitempty"`
@@ -85,11 +90,11 @@ type wireManifest struct {
 }
 
 func toWireSegment(s master.Segment, client string) wireSegment {
-	return wireSegment{ID: s.ID, Name: s.Name, Base: s.Base, Size: s.Size, Protocol: s.Protocol, HostID: s.HostID, Client: client}
+	return wireSegment{ID: s.ID, Name: s.Name, Base: s.Base, Size: s.Size, Protocol: s.Protocol, HostID: s.HostID, Kind: s.Kind, Client: client}
 }
 
 func (w wireSegment) segment() master.Segment {
-	return master.Segment{ID: w.ID, Name: w.Name, Base: w.Base, Size: w.Size, Protocol: w.Protocol, HostID: w.HostID}
+	return master.Segment{ID: w.ID, Name: w.Name, Base: w.Base, Size: w.Size, Protocol: w.Protocol, HostID: w.HostID, Kind: w.Kind}
 }
 
 func toWireObject(o master.ObjectRecord) wireObject {

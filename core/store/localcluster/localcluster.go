@@ -1,6 +1,8 @@
 // Package localcluster starts a whole KV-cache pool inside one process on
 // 127.0.0.1: a master (gRPC, embedded HTTP metadata server) and N storage
-// nodes over the tcp transport (plus same-host shm with Options.Shm).
+// nodes over the tcp transport (plus same-host shm with Options.Shm). The
+// nodes mount standalone segments, as `mooncake node` does; clients started
+// with NewClient mount embedded ones unless their config says otherwise.
 // `mooncake replay` runs on it by default and the integration tests use it.
 //
 // Concurrency: Start and Close are not concurrent with each other; the
@@ -13,6 +15,7 @@ import (
 	"path/filepath"
 
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/server"
@@ -67,7 +70,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}()
 	for i := 0; i < opts.Nodes; i++ {
-		ncfg := client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize, StorageQuota: opts.StorageQuota}
+		ncfg := client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize, StorageQuota: opts.StorageQuota,
+			SegmentKind: store.SegmentStandalone}
 		if opts.StorageRootDir != "" {
 			ncfg.StorageRootDir = filepath.Join(opts.StorageRootDir, ncfg.LocalHostname)
 		}

@@ -49,6 +49,8 @@ func checkSegment(seg Segment) error {
 		return store.Errorf(store.InvalidParams, "segment %q has size 0", seg.ID)
 	case seg.Base == 0:
 		return store.Errorf(store.InvalidParams, "segment %q has base address 0", seg.ID)
+	case !seg.Kind.Valid():
+		return store.Errorf(store.InvalidParams, "segment %q has undefined kind %d", seg.ID, seg.Kind)
 	}
 	return nil
 }
@@ -165,8 +167,8 @@ func (m *Master) GetSize(key string) (uint64, error) {
 // left as it is. Every segment is checked before any is mounted. Errors:
 // INVALID_PARAMS (empty client id, a malformed segment as MountSegment, an
 // id listed twice); SEGMENT_ALREADY_EXISTS (the id is mounted by another
-// client or with another name, base, size, protocol or host). Mirrors
-// upstream ReMountSegment.
+// client or with another name, base, size, protocol, host or kind).
+// Mirrors upstream ReMountSegment.
 func (m *Master) ReMountSegment(segs []Segment, client string) error {
 	if client == "" {
 		return store.Errorf(store.InvalidParams, "empty client id")

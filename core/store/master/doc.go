@@ -5,8 +5,10 @@
 // Remove, RemoveByRegex, RemoveAll, GetSize, MountSegment / ReMountSegment /
 // UnmountSegment, Ping) with the same error codes, plus operator reads that
 // grant no lease (Stat, ListKeys, ListSegments, QuerySegment). Placement
-// follows Config.AllocationStrategy (placement.go); a value larger than any
-// segment is striped over several (Replica.Slices). Soft and hard pins
+// follows Config.AllocationStrategy (placement.go), filling segments that
+// outlive their client (Segment.Kind standalone: storage nodes) before
+// those of applications embedding a client (ours, not upstream's); a value
+// larger than any segment is striped over several (Replica.Slices). Soft and hard pins
 // change the eviction order (pins.go). With Config.EnableOffload, owners
 // attach disk tiers (upstream LOCAL_DISK, storage_root_dir) to their
 // segments and the master moves objects there and back through tasks it

@@ -133,6 +133,11 @@ type Segment struct {
 	Size     uint64 // bytes
 	Protocol string // "tcp", ...
 	HostID   string // the owner's host (upstream host_id) for local_first; "" = host part of Name
+	// Kind says whether the segment outlives its client's process:
+	// placement fills store.SegmentStandalone segments before
+	// store.SegmentEmbedded ones (the zero value; placement.go). Ours:
+	// upstream has no such field.
+	Kind store.SegmentKind
 }
 
 // ReplicaConfig is the per-put replication request (upstream ReplicateConfig).
@@ -279,6 +284,10 @@ type Master struct {
 	stats    Stats
 	pinned   struct{ soft, hard int } // objects in the table with each pin
 
+	// standalone and embedded split order by Segment.Kind, each sorted by
+	// ID: placement tries standalone segments first.
+	standalone, embedded []*segment
+
 	nextID       uint64                 // next object id
 	tierSeq      uint64                 // see TierSeq
 	spaceSeq     uint64                 // see SpaceSeq
@@ -334,18 +343,12 @@ func (m *Master) touchClient(client string) {
 }
 
 // MountSegment adds seg, owned by client, to the pool. Errors:
-// INVALID_PARAMS (empty id or name, zero size, base 0); SEGMENT_ALREADY_EXISTS
-// (id already mounted). Mirrors upstream MountSegment.
+// INVALID_PARAMS (empty id or name, zero size, base 0, undefined kind);
+// SEGMENT_ALREADY_EXISTS (id already mounted). Mirrors upstream
+// MountSegment; seg.Kind is ours.
 func (m *Master) MountSegment(seg Segment, client string) error {
-	switch {
-	case seg.ID == "":
-		return store.Errorf(store.InvalidParams, "segment id is empty")
-	case seg.Name == "":
-		return store.Errorf(store.InvalidParams, "segment %q has no name", seg.ID)
-	case seg.Size == 0:
-		return store.Errorf(store.InvalidParams, "segment %q has size 0", seg.ID)
-	case seg.Base == 0:
-		return store.Errorf(store.InvalidParams, "segment %q has base address 0", seg.ID)
+	if err := checkSegment(seg); err != nil {
+		return err
 	}
 	if _, ok := m.segs[seg.ID]; ok {
 		return store.Errorf(store.SegmentAlreadyExists, "segment %q", seg.ID)
@@ -356,14 +359,35 @@ func (m *Master) MountSegment(seg Segment, client string) error {
 	}
 	s := &segment{Segment: seg, client: client, alloc: a, objects: map[*object]struct{}{}}
 	m.segs[seg.ID] = s
-	i := sort.Search(len(m.order), func(i int) bool { return m.order[i].ID >= seg.ID })
-	m.order = append(m.order, nil)
-	copy(m.order[i+1:], m.order[i:])
-	m.order[i] = s
+	m.order = insertByID(m.order, s)
+	if seg.Kind == store.SegmentStandalone {
+		m.standalone = insertByID(m.standalone, s)
+	} else {
+		m.embedded = insertByID(m.embedded, s)
+	}
 	m.capacity += seg.Size
 	m.touchClient(client)
 	m.observeMounted(s)
 	return nil
+}
+
+// insertByID inserts s into segs, which is sorted by ID, and returns it.
+func insertByID(segs []*segment, s *segment) []*segment {
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].ID >= s.ID })
+	segs = append(segs, nil)
+	copy(segs[i+1:], segs[i:])
+	segs[i] = s
+	return segs
+}
+
+// removeSeg removes s from segs, if there, and returns it.
+func removeSeg(segs []*segment, s *segment) []*segment {
+	for i, x := range segs {
+		if x == s {
+			return append(segs[:i], segs[i+1:]...)
+		}
+	}
+	return segs
 }
 
 // UnmountSegment removes a segment; every replica on it is dropped at once,
@@ -395,12 +419,9 @@ func (m *Master) UnmountSegment(id, client string) error {
 		m.discards[i].replicas = kept
 	}
 	delete(m.segs, id)
-	for i, x := range m.order {
-		if x == s {
-			m.order = append(m.order[:i], m.order[i+1:]...)
-			break
-		}
-	}
+	m.order = removeSeg(m.order, s)
+	m.standalone = removeSeg(m.standalone, s)
+	m.embedded = removeSeg(m.embedded, s)
 	m.capacity -= s.Size
 	m.observeUnmounted(id)
 	return nil

@@ -14,17 +14,37 @@ import (
 
 // Allocation strategies (Config.AllocationStrategy, upstream
 // --allocation_strategy). Every strategy tries the preferred segments first
-// (ReplicaConfig.PreferredSegments, then PreferredSegment) and puts the
-// replicas of one value on distinct segments.
+// (ReplicaConfig.PreferredSegments, then PreferredSegment), whatever their
+// kind, and puts the replicas of one value on distinct segments.
+//
+// Standalone first (ours; upstream places on every segment alike):
+// random and free_ratio_first run twice, first over the
+// store.SegmentStandalone segments only, then, for the replicas still
+// missing, over the store.SegmentEmbedded ones, each pass with the
+// strategy's own order and rules. An embedded segment vanishes with the
+// application that mounted it (an inference engine), so its writes are
+// kept on segments that outlive it while those have room. When neither
+// pass places every replica, the put evicts (least recently used, over
+// all segments) and both passes run again (allocate): a full standalone
+// tier therefore overflows onto embedded segments before anything is
+// evicted, which keeps a pool that is short of standalone memory from
+// evicting while DRAM is free. local_first with a writer host keeps its
+// host order and ignores kinds: preferring the writer's host is an
+// explicit choice (a writer wanting its saves to outlive it names a
+// standalone segment as preferred, or runs without local_first); without
+// a writer host it is random, standalone first. A striped value takes its
+// pieces from standalone segments first (placeStriped). In a pool of one
+// kind only, every strategy draws and places exactly as without kinds.
 const (
 	// StrategyRandom walks the segments in ID order from a random start
 	// (upstream `random`, the default; upstream gives up after 100
-	// segments, this walks them all).
+	// segments, this walks them all); standalone segments first.
 	StrategyRandom = "random"
 	// StrategyFreeRatioFirst samples min(6 x replicas still wanted,
 	// #segments) consecutive segments from a random start and tries them in
 	// a random order weighted by free ratio (free/capacity), then falls back
-	// to random. Upstream sorts the sample by free ratio, so a freshly
+	// to random; standalone segments first, then the same over the
+	// embedded ones. Upstream sorts the sample by free ratio, so a freshly
 	// joined empty segment takes every write until it is as full as the
 	// rest (upstream issue #3688); weighting still favours emptier segments
 	// (a segment twice as free is twice as likely to be first) without
@@ -33,7 +53,8 @@ const (
 	// StrategyLocalFirst orders hosts cyclically in lexicographic order
 	// starting at the writer's host (ReplicaConfig.HostID) and, within a
 	// host, rotates its segments by a hash of the key (upstream
-	// `local_first`); without a writer host it is random.
+	// `local_first`), whatever their kind; without a writer host it is
+	// random (standalone first).
 	StrategyLocalFirst = "local_first"
 )
 
@@ -213,10 +234,11 @@ func (m *Master) discard(o *object, now time.Time) {
 }
 
 // allocate places up to cfg.ReplicaNum replicas of o, evicting between
-// rounds when short. A value larger than every segment is striped; any other
-// value is striped only as a last resort, when no segment has a free range
-// large enough even after eviction (fragmentation, or space held by leased
-// and pinned objects).
+// rounds when short: each round tries standalone segments, then embedded
+// ones, before evicting (see the strategies above). A value larger than
+// every segment is striped; any other value is striped only as a last
+// resort, when no segment has a free range large enough even after
+// eviction (fragmentation, or space held by leased and pinned objects).
 func (m *Master) allocate(o *object, cfg ReplicaConfig, now time.Time) {
 	want := min(cfg.ReplicaNum, len(m.order))
 	huge := true
@@ -244,6 +266,15 @@ func (m *Master) allocate(o *object, cfg ReplicaConfig, now time.Time) {
 	}
 }
 
+// kindRank orders segments for placement: standalone (0) before embedded
+// (1).
+func kindRank(s *segment) int {
+	if s.Kind == store.SegmentStandalone {
+		return 0
+	}
+	return 1
+}
+
 // has reports whether o already has a range on s.
 func has(o *object, s *segment) bool {
 	for _, r := range o.replicas {
@@ -255,7 +286,9 @@ func has(o *object, s *segment) bool {
 }
 
 // place allocates whole (contiguous) replicas of o until it has want of
-// them, in the order of the configured strategy.
+// them, in the order of the configured strategy: preferred segments, then
+// standalone segments, then embedded ones (local_first with a writer host:
+// its host order over all segments).
 func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 	try := func(s *segment) {
 		if len(o.replicas) >= want || has(o, s) {
@@ -273,16 +306,10 @@ func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 		m.tryNamed(name, try)
 	}
 	m.tryNamed(cfg.PreferredSegment, try)
-	n := len(m.order)
-	if n == 0 || len(o.replicas) >= want {
+	if len(m.order) == 0 || len(o.replicas) >= want {
 		return
 	}
-	switch m.cfg.AllocationStrategy {
-	case StrategyFreeRatioFirst:
-		for _, s := range m.freeRatioSample(o, want-len(o.replicas)) {
-			try(s)
-		}
-	case StrategyLocalFirst:
+	if m.cfg.AllocationStrategy == StrategyLocalFirst {
 		if host := writerHost(cfg); host != "" {
 			for _, s := range m.localOrder(host, o.key) {
 				try(s)
@@ -290,10 +317,30 @@ func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 			return
 		}
 	}
+	for _, segs := range [...][]*segment{m.standalone, m.embedded} {
+		if len(o.replicas) >= want {
+			return
+		}
+		m.placeOn(segs, o, want, try)
+	}
+}
+
+// placeOn is one pass of random or free_ratio_first over segs (sorted by
+// ID). An empty segs draws nothing from Config.Rand.
+func (m *Master) placeOn(segs []*segment, o *object, want int, try func(*segment)) {
+	n := len(segs)
+	if n == 0 {
+		return
+	}
+	if m.cfg.AllocationStrategy == StrategyFreeRatioFirst {
+		for _, s := range m.freeRatioSample(segs, o, want-len(o.replicas)) {
+			try(s)
+		}
+	}
 	// random, and the fallback of free_ratio_first.
 	start := m.cfg.Rand.IntN(n)
 	for i := 0; i < n && len(o.replicas) < want; i++ {
-		try(m.order[(start+i)%n])
+		try(segs[(start+i)%n])
 	}
 }
 
@@ -309,12 +356,13 @@ func (m *Master) tryNamed(name string, try func(*segment)) {
 	}
 }
 
-// freeRatioSample returns min(6 x remaining, #segments) consecutive segments
-// from a random start, not yet holding a replica of o, in a random order
-// weighted by free ratio (Efraimidis-Spirakis: key u^(1/w), largest first);
-// full segments come last.
-func (m *Master) freeRatioSample(o *object, remaining int) []*segment {
-	n := len(m.order)
+// freeRatioSample returns min(6 x remaining, len(segs)) consecutive
+// segments of segs (not empty) from a random start, not yet holding a
+// replica of o, in a random order weighted by free ratio
+// (Efraimidis-Spirakis: key u^(1/w), largest first); full segments come
+// last.
+func (m *Master) freeRatioSample(segs []*segment, o *object, remaining int) []*segment {
+	n := len(segs)
 	k := min(freeRatioSample*remaining, n)
 	start := m.cfg.Rand.IntN(n)
 	type cand struct {
@@ -323,7 +371,7 @@ func (m *Master) freeRatioSample(o *object, remaining int) []*segment {
 	}
 	cs := make([]cand, 0, k)
 	for i := range k {
-		s := m.order[(start+i)%n]
+		s := segs[(start+i)%n]
 		if has(o, s) {
 			continue
 		}
@@ -400,9 +448,11 @@ func (m *Master) localOrder(host, key string) []*segment {
 
 // placeStriped adds striped replicas of o until it has want replicas or the
 // free space runs out. Each replica takes the largest free ranges of
-// segments holding nothing of o, largest first (fewest pieces), one piece
-// per segment; a replica that cannot be completed is rolled back. A stripe
-// that needs one piece only is an ordinary contiguous replica.
+// segments holding nothing of o, one piece per segment: those of
+// standalone segments first, largest first (fewest pieces), then those of
+// embedded segments, largest first; a replica that cannot be completed is
+// rolled back. A stripe that needs one piece only is an ordinary
+// contiguous replica.
 func (m *Master) placeStriped(o *object, want int) {
 	for len(o.replicas) < want {
 		type cand struct {
@@ -418,7 +468,9 @@ func (m *Master) placeStriped(o *object, want int) {
 				cs = append(cs, cand{s, lf})
 			}
 		}
-		slices.SortStableFunc(cs, func(a, b cand) int { return cmp.Compare(b.largest, a.largest) })
+		slices.SortStableFunc(cs, func(a, b cand) int {
+			return cmp.Or(cmp.Compare(kindRank(a.s), kindRank(b.s)), cmp.Compare(b.largest, a.largest))
+		})
 		var ps []piece
 		rest := o.size
 		for _, c := range cs {

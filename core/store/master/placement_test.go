@@ -297,7 +297,7 @@ func TestStriping(t *testing.T) {
 }
 
 // TestStrategiesKeepInvariants runs random puts, removes and unmounts under
-// each strategy and checks the placement invariants after every step.
+// each strategy, on embedded and standalone segments, and checks the placement invariants after every step.
 func TestStrategiesKeepInvariants(t *testing.T) {
 	for _, strategy := range []string{StrategyRandom, StrategyFreeRatioFirst, StrategyLocalFirst} {
 		t.Run(strategy, func(t *testing.T) {
@@ -307,6 +307,7 @@ func TestStrategiesKeepInvariants(t *testing.T) {
 			mount := func(i int) {
 				s := testSeg(fmt.Sprintf("s%d", i), uint64(512*(1+r.IntN(6))))
 				s.HostID = fmt.Sprintf("h%d", i%3)
+				s.Kind = store.SegmentKind(i % 2) // a mixed pool: standalone first
 				segs[s.ID] = s
 				mustMount(t, m, "c1", s)
 			}

@@ -28,12 +28,19 @@ func replicaConfig(c *pb.ReplicaConfig) master.ReplicaConfig {
 	}
 }
 
+// segment converts a wire segment. A kind outside uint8 becomes an
+// undefined store.SegmentKind, which the master refuses with
+// INVALID_PARAMS.
 func segment(g *pb.Segment) master.Segment {
-	return master.Segment{ID: g.Id, Name: g.Name, Base: g.Base, Size: g.Size, Protocol: g.Protocol, HostID: g.HostId}
+	kind := store.SegmentKind(255)
+	if k := g.GetKind(); k >= 0 && k < 255 {
+		kind = store.SegmentKind(k)
+	}
+	return master.Segment{ID: g.Id, Name: g.Name, Base: g.Base, Size: g.Size, Protocol: g.Protocol, HostID: g.HostId, Kind: kind}
 }
 
 func segmentPB(g master.Segment) *pb.Segment {
-	return &pb.Segment{Id: g.ID, Name: g.Name, Base: g.Base, Size: g.Size, Protocol: g.Protocol, HostId: g.HostID}
+	return &pb.Segment{Id: g.ID, Name: g.Name, Base: g.Base, Size: g.Size, Protocol: g.Protocol, HostId: g.HostID, Kind: pb.SegmentKind(g.Kind)}
 }
 
 func slicesPB(ss []master.Slice) []*pb.Slice {

@@ -237,6 +237,11 @@ func TestReMountSegmentRPC(t *testing.T) {
 	c := h.client
 	segs := []*pb.Segment{pbSeg("a", 1<<32, 4096), pbSeg("b", 2<<32, 4096)}
 	segs[1].HostId = "host-b"
+	segs[1].Kind = pb.SegmentKind_SEGMENT_KIND_STANDALONE
+	embeddedB := pbSeg("b", 2<<32, 4096) // b as mounted, but embedded
+	embeddedB.HostId = "host-b"
+	undefined, outOfRange := pbSeg("c", 3<<32, 64), pbSeg("c", 3<<32, 64)
+	undefined.Kind, outOfRange.Kind = 9, 300
 	for _, tc := range []struct {
 		name string
 		req  *pb.ReMountSegmentRequest
@@ -249,6 +254,9 @@ func TestReMountSegmentRPC(t *testing.T) {
 		{"nil segment", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{nil}}, store.InvalidParams},
 		{"bad segment", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{pbSeg("c", 3<<32, 0)}}, store.InvalidParams},
 		{"listed twice", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{pbSeg("c", 3<<32, 64), pbSeg("c", 3<<32, 64)}}, store.InvalidParams},
+		{"another kind", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{embeddedB}}, store.SegmentAlreadyExists},
+		{"undefined kind", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{undefined}}, store.InvalidParams},
+		{"kind out of range", &pb.ReMountSegmentRequest{ClientId: "c1", Segments: []*pb.Segment{outOfRange}}, store.InvalidParams},
 	} {
 		s, err := c.ReMountSegment(ctx(t), tc.req)
 		if err != nil {
@@ -261,8 +269,12 @@ func TestReMountSegmentRPC(t *testing.T) {
 		t.Fatalf("ListSegments = %v, %v", l, err)
 	}
 	if g := l.GetSegments()[1]; g.GetSegment().GetId() != "b" || g.GetSegment().GetHostId() != "host-b" || g.GetClientId() != "c1" ||
-		g.GetSegment().GetSize() != 4096 || g.GetLargestFree() != 4096 || g.GetUsed() != 0 {
+		g.GetSegment().GetSize() != 4096 || g.GetLargestFree() != 4096 || g.GetUsed() != 0 ||
+		g.GetSegment().GetKind() != pb.SegmentKind_SEGMENT_KIND_STANDALONE {
 		t.Fatalf("segment b: %v", g)
+	}
+	if g := l.GetSegments()[0]; g.GetSegment().GetKind() != pb.SegmentKind_SEGMENT_KIND_EMBEDDED {
+		t.Fatalf("segment a, sent without a kind: %v", g)
 	}
 }
 

@@ -25,6 +25,61 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Whether a segment outlives the process of the client that mounted it
+// (store.SegmentKind; ours, upstream has no such field). Placement puts
+// replicas on standalone segments first. A master refuses other values with
+// INVALID_PARAMS.
+type SegmentKind int32
+
+const (
+	// Mounted by a store client embedded in an application (vLLM connector,
+	// Python/C store API); it vanishes when the application exits. The
+	// default, so clients that do not send a kind are embedded.
+	SegmentKind_SEGMENT_KIND_EMBEDDED SegmentKind = 0
+	// Mounted by a storage process that only contributes memory
+	// (`mooncake node`).
+	SegmentKind_SEGMENT_KIND_STANDALONE SegmentKind = 1
+)
+
+// Enum value maps for SegmentKind.
+var (
+	SegmentKind_name = map[int32]string{
+		0: "SEGMENT_KIND_EMBEDDED",
+		1: "SEGMENT_KIND_STANDALONE",
+	}
+	SegmentKind_value = map[string]int32{
+		"SEGMENT_KIND_EMBEDDED":   0,
+		"SEGMENT_KIND_STANDALONE": 1,
+	}
+)
+
+func (x SegmentKind) Enum() *SegmentKind {
+	p := new(SegmentKind)
+	*p = x
+	return p
+}
+
+func (x SegmentKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SegmentKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_master_proto_enumTypes[0].Descriptor()
+}
+
+func (SegmentKind) Type() protoreflect.EnumType {
+	return &file_master_proto_enumTypes[0]
+}
+
+func (x SegmentKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SegmentKind.Descriptor instead.
+func (SegmentKind) EnumDescriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{0}
+}
+
 type Status struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`      // upstream ErrorCode; 0 = OK
@@ -870,6 +925,7 @@ type Segment struct {
 	Size          uint64                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	Protocol      string                 `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	HostId        string                 `protobuf:"bytes,6,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"` // owner's host, for local_first ("" = host of name)
+	Kind          SegmentKind            `protobuf:"varint,7,opt,name=kind,proto3,enum=mooncake.store.v1.SegmentKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +1000,13 @@ func (x *Segment) GetHostId() string {
 		return x.HostId
 	}
 	return ""
+}
+
+func (x *Segment) GetKind() SegmentKind {
+	if x != nil {
+		return x.Kind
+	}
+	return SegmentKind_SEGMENT_KIND_EMBEDDED
 }
 
 type MountSegmentRequest struct {
@@ -2832,14 +2895,15 @@ const file_master_proto_rawDesc = "" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x16\n" +
 	"\x06exists\x18\x02 \x01(\bR\x06exists\"Q\n" +
 	"\x15BatchExistKeyResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.mooncake.store.v1.ExistResultR\aresults\"\x8a\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.mooncake.store.v1.ExistResultR\aresults\"\xbe\x01\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04base\x18\x03 \x01(\x04R\x04base\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\x04R\x04size\x12\x1a\n" +
 	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12\x17\n" +
-	"\ahost_id\x18\x06 \x01(\tR\x06hostId\"h\n" +
+	"\ahost_id\x18\x06 \x01(\tR\x06hostId\x122\n" +
+	"\x04kind\x18\a \x01(\x0e2\x1e.mooncake.store.v1.SegmentKindR\x04kind\"h\n" +
 	"\x13MountSegmentRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\asegment\x18\x02 \x01(\v2\x1a.mooncake.store.v1.SegmentR\asegment\"S\n" +
@@ -2980,7 +3044,10 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
-	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults2\x90\x12\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults*E\n" +
+	"\vSegmentKind\x12\x19\n" +
+	"\x15SEGMENT_KIND_EMBEDDED\x10\x00\x12\x1b\n" +
+	"\x17SEGMENT_KIND_STANDALONE\x10\x012\x90\x12\n" +
 	"\x06Master\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12L\n" +
 	"\vBatchPutEnd\x12\x1e.mooncake.store.v1.KeysRequest\x1a\x1d.mooncake.store.v1.StatusList\x12O\n" +
@@ -3022,142 +3089,145 @@ func file_master_proto_rawDescGZIP() []byte {
 	return file_master_proto_rawDescData
 }
 
+var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_master_proto_goTypes = []any{
-	(*Status)(nil),                      // 0: mooncake.store.v1.Status
-	(*Slice)(nil),                       // 1: mooncake.store.v1.Slice
-	(*Replica)(nil),                     // 2: mooncake.store.v1.Replica
-	(*ReplicaConfig)(nil),               // 3: mooncake.store.v1.ReplicaConfig
-	(*PutStartRequest)(nil),             // 4: mooncake.store.v1.PutStartRequest
-	(*PutStartResult)(nil),              // 5: mooncake.store.v1.PutStartResult
-	(*BatchPutStartRequest)(nil),        // 6: mooncake.store.v1.BatchPutStartRequest
-	(*BatchPutStartResponse)(nil),       // 7: mooncake.store.v1.BatchPutStartResponse
-	(*KeysRequest)(nil),                 // 8: mooncake.store.v1.KeysRequest
-	(*StatusList)(nil),                  // 9: mooncake.store.v1.StatusList
-	(*GetReplicaListResult)(nil),        // 10: mooncake.store.v1.GetReplicaListResult
-	(*BatchGetReplicaListResponse)(nil), // 11: mooncake.store.v1.BatchGetReplicaListResponse
-	(*ExistResult)(nil),                 // 12: mooncake.store.v1.ExistResult
-	(*BatchExistKeyResponse)(nil),       // 13: mooncake.store.v1.BatchExistKeyResponse
-	(*Segment)(nil),                     // 14: mooncake.store.v1.Segment
-	(*MountSegmentRequest)(nil),         // 15: mooncake.store.v1.MountSegmentRequest
-	(*UnmountSegmentRequest)(nil),       // 16: mooncake.store.v1.UnmountSegmentRequest
-	(*PingRequest)(nil),                 // 17: mooncake.store.v1.PingRequest
-	(*PingResponse)(nil),                // 18: mooncake.store.v1.PingResponse
-	(*StatsRequest)(nil),                // 19: mooncake.store.v1.StatsRequest
-	(*SegmentStats)(nil),                // 20: mooncake.store.v1.SegmentStats
-	(*StatsResponse)(nil),               // 21: mooncake.store.v1.StatsResponse
-	(*KeyRequest)(nil),                  // 22: mooncake.store.v1.KeyRequest
-	(*RemoveByRegexRequest)(nil),        // 23: mooncake.store.v1.RemoveByRegexRequest
-	(*RemoveAllRequest)(nil),            // 24: mooncake.store.v1.RemoveAllRequest
-	(*CountResponse)(nil),               // 25: mooncake.store.v1.CountResponse
-	(*KeyInfo)(nil),                     // 26: mooncake.store.v1.KeyInfo
-	(*GetSizeResult)(nil),               // 27: mooncake.store.v1.GetSizeResult
-	(*BatchGetSizeResponse)(nil),        // 28: mooncake.store.v1.BatchGetSizeResponse
-	(*ReMountSegmentRequest)(nil),       // 29: mooncake.store.v1.ReMountSegmentRequest
-	(*SegmentInfo)(nil),                 // 30: mooncake.store.v1.SegmentInfo
-	(*ListSegmentsRequest)(nil),         // 31: mooncake.store.v1.ListSegmentsRequest
-	(*ListSegmentsResponse)(nil),        // 32: mooncake.store.v1.ListSegmentsResponse
-	(*QuerySegmentRequest)(nil),         // 33: mooncake.store.v1.QuerySegmentRequest
-	(*QuerySegmentResponse)(nil),        // 34: mooncake.store.v1.QuerySegmentResponse
-	(*ListKeysRequest)(nil),             // 35: mooncake.store.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),            // 36: mooncake.store.v1.ListKeysResponse
-	(*MountLocalDiskRequest)(nil),       // 37: mooncake.store.v1.MountLocalDiskRequest
-	(*PollTierTasksRequest)(nil),        // 38: mooncake.store.v1.PollTierTasksRequest
-	(*TierTask)(nil),                    // 39: mooncake.store.v1.TierTask
-	(*PollTierTasksResponse)(nil),       // 40: mooncake.store.v1.PollTierTasksResponse
-	(*TierTaskResult)(nil),              // 41: mooncake.store.v1.TierTaskResult
-	(*CompleteTierTasksRequest)(nil),    // 42: mooncake.store.v1.CompleteTierTasksRequest
+	(SegmentKind)(0),                    // 0: mooncake.store.v1.SegmentKind
+	(*Status)(nil),                      // 1: mooncake.store.v1.Status
+	(*Slice)(nil),                       // 2: mooncake.store.v1.Slice
+	(*Replica)(nil),                     // 3: mooncake.store.v1.Replica
+	(*ReplicaConfig)(nil),               // 4: mooncake.store.v1.ReplicaConfig
+	(*PutStartRequest)(nil),             // 5: mooncake.store.v1.PutStartRequest
+	(*PutStartResult)(nil),              // 6: mooncake.store.v1.PutStartResult
+	(*BatchPutStartRequest)(nil),        // 7: mooncake.store.v1.BatchPutStartRequest
+	(*BatchPutStartResponse)(nil),       // 8: mooncake.store.v1.BatchPutStartResponse
+	(*KeysRequest)(nil),                 // 9: mooncake.store.v1.KeysRequest
+	(*StatusList)(nil),                  // 10: mooncake.store.v1.StatusList
+	(*GetReplicaListResult)(nil),        // 11: mooncake.store.v1.GetReplicaListResult
+	(*BatchGetReplicaListResponse)(nil), // 12: mooncake.store.v1.BatchGetReplicaListResponse
+	(*ExistResult)(nil),                 // 13: mooncake.store.v1.ExistResult
+	(*BatchExistKeyResponse)(nil),       // 14: mooncake.store.v1.BatchExistKeyResponse
+	(*Segment)(nil),                     // 15: mooncake.store.v1.Segment
+	(*MountSegmentRequest)(nil),         // 16: mooncake.store.v1.MountSegmentRequest
+	(*UnmountSegmentRequest)(nil),       // 17: mooncake.store.v1.UnmountSegmentRequest
+	(*PingRequest)(nil),                 // 18: mooncake.store.v1.PingRequest
+	(*PingResponse)(nil),                // 19: mooncake.store.v1.PingResponse
+	(*StatsRequest)(nil),                // 20: mooncake.store.v1.StatsRequest
+	(*SegmentStats)(nil),                // 21: mooncake.store.v1.SegmentStats
+	(*StatsResponse)(nil),               // 22: mooncake.store.v1.StatsResponse
+	(*KeyRequest)(nil),                  // 23: mooncake.store.v1.KeyRequest
+	(*RemoveByRegexRequest)(nil),        // 24: mooncake.store.v1.RemoveByRegexRequest
+	(*RemoveAllRequest)(nil),            // 25: mooncake.store.v1.RemoveAllRequest
+	(*CountResponse)(nil),               // 26: mooncake.store.v1.CountResponse
+	(*KeyInfo)(nil),                     // 27: mooncake.store.v1.KeyInfo
+	(*GetSizeResult)(nil),               // 28: mooncake.store.v1.GetSizeResult
+	(*BatchGetSizeResponse)(nil),        // 29: mooncake.store.v1.BatchGetSizeResponse
+	(*ReMountSegmentRequest)(nil),       // 30: mooncake.store.v1.ReMountSegmentRequest
+	(*SegmentInfo)(nil),                 // 31: mooncake.store.v1.SegmentInfo
+	(*ListSegmentsRequest)(nil),         // 32: mooncake.store.v1.ListSegmentsRequest
+	(*ListSegmentsResponse)(nil),        // 33: mooncake.store.v1.ListSegmentsResponse
+	(*QuerySegmentRequest)(nil),         // 34: mooncake.store.v1.QuerySegmentRequest
+	(*QuerySegmentResponse)(nil),        // 35: mooncake.store.v1.QuerySegmentResponse
+	(*ListKeysRequest)(nil),             // 36: mooncake.store.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),            // 37: mooncake.store.v1.ListKeysResponse
+	(*MountLocalDiskRequest)(nil),       // 38: mooncake.store.v1.MountLocalDiskRequest
+	(*PollTierTasksRequest)(nil),        // 39: mooncake.store.v1.PollTierTasksRequest
+	(*TierTask)(nil),                    // 40: mooncake.store.v1.TierTask
+	(*PollTierTasksResponse)(nil),       // 41: mooncake.store.v1.PollTierTasksResponse
+	(*TierTaskResult)(nil),              // 42: mooncake.store.v1.TierTaskResult
+	(*CompleteTierTasksRequest)(nil),    // 43: mooncake.store.v1.CompleteTierTasksRequest
 }
 var file_master_proto_depIdxs = []int32{
-	1,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
-	3,  // 1: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
-	0,  // 2: mooncake.store.v1.PutStartResult.status:type_name -> mooncake.store.v1.Status
-	2,  // 3: mooncake.store.v1.PutStartResult.replicas:type_name -> mooncake.store.v1.Replica
-	3,  // 4: mooncake.store.v1.BatchPutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
-	5,  // 5: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResult
-	0,  // 6: mooncake.store.v1.StatusList.results:type_name -> mooncake.store.v1.Status
-	0,  // 7: mooncake.store.v1.GetReplicaListResult.status:type_name -> mooncake.store.v1.Status
-	2,  // 8: mooncake.store.v1.GetReplicaListResult.replicas:type_name -> mooncake.store.v1.Replica
-	10, // 9: mooncake.store.v1.BatchGetReplicaListResponse.results:type_name -> mooncake.store.v1.GetReplicaListResult
-	0,  // 10: mooncake.store.v1.ExistResult.status:type_name -> mooncake.store.v1.Status
-	12, // 11: mooncake.store.v1.BatchExistKeyResponse.results:type_name -> mooncake.store.v1.ExistResult
-	14, // 12: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
-	0,  // 13: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
-	20, // 14: mooncake.store.v1.StatsResponse.segment_stats:type_name -> mooncake.store.v1.SegmentStats
-	0,  // 15: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
-	2,  // 16: mooncake.store.v1.KeyInfo.replicas:type_name -> mooncake.store.v1.Replica
-	0,  // 17: mooncake.store.v1.GetSizeResult.status:type_name -> mooncake.store.v1.Status
-	26, // 18: mooncake.store.v1.GetSizeResult.info:type_name -> mooncake.store.v1.KeyInfo
-	27, // 19: mooncake.store.v1.BatchGetSizeResponse.results:type_name -> mooncake.store.v1.GetSizeResult
-	14, // 20: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
-	14, // 21: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
-	30, // 22: mooncake.store.v1.ListSegmentsResponse.segments:type_name -> mooncake.store.v1.SegmentInfo
-	0,  // 23: mooncake.store.v1.QuerySegmentResponse.status:type_name -> mooncake.store.v1.Status
-	30, // 24: mooncake.store.v1.QuerySegmentResponse.segment:type_name -> mooncake.store.v1.SegmentInfo
-	0,  // 25: mooncake.store.v1.ListKeysResponse.status:type_name -> mooncake.store.v1.Status
-	26, // 26: mooncake.store.v1.ListKeysResponse.keys:type_name -> mooncake.store.v1.KeyInfo
-	0,  // 27: mooncake.store.v1.PollTierTasksResponse.status:type_name -> mooncake.store.v1.Status
-	39, // 28: mooncake.store.v1.PollTierTasksResponse.tasks:type_name -> mooncake.store.v1.TierTask
-	41, // 29: mooncake.store.v1.CompleteTierTasksRequest.results:type_name -> mooncake.store.v1.TierTaskResult
-	6,  // 30: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	8,  // 31: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 32: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 33: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 34: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	8,  // 35: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	15, // 36: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	16, // 37: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	17, // 38: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	19, // 39: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	4,  // 40: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	22, // 41: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
-	22, // 42: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
-	22, // 43: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	22, // 44: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	22, // 45: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
-	23, // 46: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	24, // 47: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	8,  // 48: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
-	29, // 49: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	31, // 50: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
-	33, // 51: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
-	35, // 52: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
-	37, // 53: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
-	16, // 54: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	38, // 55: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
-	42, // 56: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
-	7,  // 57: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	9,  // 58: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	9,  // 59: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	11, // 60: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	13, // 61: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	9,  // 62: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	0,  // 63: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	0,  // 64: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	18, // 65: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	21, // 66: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	5,  // 67: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
-	0,  // 68: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
-	0,  // 69: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
-	10, // 70: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
-	12, // 71: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
-	0,  // 72: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
-	25, // 73: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	25, // 74: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	28, // 75: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
-	0,  // 76: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
-	32, // 77: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
-	34, // 78: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
-	36, // 79: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
-	0,  // 80: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
-	0,  // 81: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
-	40, // 82: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
-	9,  // 83: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
-	57, // [57:84] is the sub-list for method output_type
-	30, // [30:57] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	2,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
+	4,  // 1: mooncake.store.v1.PutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
+	1,  // 2: mooncake.store.v1.PutStartResult.status:type_name -> mooncake.store.v1.Status
+	3,  // 3: mooncake.store.v1.PutStartResult.replicas:type_name -> mooncake.store.v1.Replica
+	4,  // 4: mooncake.store.v1.BatchPutStartRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
+	6,  // 5: mooncake.store.v1.BatchPutStartResponse.results:type_name -> mooncake.store.v1.PutStartResult
+	1,  // 6: mooncake.store.v1.StatusList.results:type_name -> mooncake.store.v1.Status
+	1,  // 7: mooncake.store.v1.GetReplicaListResult.status:type_name -> mooncake.store.v1.Status
+	3,  // 8: mooncake.store.v1.GetReplicaListResult.replicas:type_name -> mooncake.store.v1.Replica
+	11, // 9: mooncake.store.v1.BatchGetReplicaListResponse.results:type_name -> mooncake.store.v1.GetReplicaListResult
+	1,  // 10: mooncake.store.v1.ExistResult.status:type_name -> mooncake.store.v1.Status
+	13, // 11: mooncake.store.v1.BatchExistKeyResponse.results:type_name -> mooncake.store.v1.ExistResult
+	0,  // 12: mooncake.store.v1.Segment.kind:type_name -> mooncake.store.v1.SegmentKind
+	15, // 13: mooncake.store.v1.MountSegmentRequest.segment:type_name -> mooncake.store.v1.Segment
+	1,  // 14: mooncake.store.v1.PingResponse.status:type_name -> mooncake.store.v1.Status
+	21, // 15: mooncake.store.v1.StatsResponse.segment_stats:type_name -> mooncake.store.v1.SegmentStats
+	1,  // 16: mooncake.store.v1.CountResponse.status:type_name -> mooncake.store.v1.Status
+	3,  // 17: mooncake.store.v1.KeyInfo.replicas:type_name -> mooncake.store.v1.Replica
+	1,  // 18: mooncake.store.v1.GetSizeResult.status:type_name -> mooncake.store.v1.Status
+	27, // 19: mooncake.store.v1.GetSizeResult.info:type_name -> mooncake.store.v1.KeyInfo
+	28, // 20: mooncake.store.v1.BatchGetSizeResponse.results:type_name -> mooncake.store.v1.GetSizeResult
+	15, // 21: mooncake.store.v1.ReMountSegmentRequest.segments:type_name -> mooncake.store.v1.Segment
+	15, // 22: mooncake.store.v1.SegmentInfo.segment:type_name -> mooncake.store.v1.Segment
+	31, // 23: mooncake.store.v1.ListSegmentsResponse.segments:type_name -> mooncake.store.v1.SegmentInfo
+	1,  // 24: mooncake.store.v1.QuerySegmentResponse.status:type_name -> mooncake.store.v1.Status
+	31, // 25: mooncake.store.v1.QuerySegmentResponse.segment:type_name -> mooncake.store.v1.SegmentInfo
+	1,  // 26: mooncake.store.v1.ListKeysResponse.status:type_name -> mooncake.store.v1.Status
+	27, // 27: mooncake.store.v1.ListKeysResponse.keys:type_name -> mooncake.store.v1.KeyInfo
+	1,  // 28: mooncake.store.v1.PollTierTasksResponse.status:type_name -> mooncake.store.v1.Status
+	40, // 29: mooncake.store.v1.PollTierTasksResponse.tasks:type_name -> mooncake.store.v1.TierTask
+	42, // 30: mooncake.store.v1.CompleteTierTasksRequest.results:type_name -> mooncake.store.v1.TierTaskResult
+	7,  // 31: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 32: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 33: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 34: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 35: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 36: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	16, // 37: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	17, // 38: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	18, // 39: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	20, // 40: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	5,  // 41: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	23, // 42: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	23, // 43: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	23, // 44: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	23, // 45: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	23, // 46: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	24, // 47: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	25, // 48: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	9,  // 49: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	30, // 50: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 51: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	34, // 52: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	36, // 53: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	38, // 54: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
+	17, // 55: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	39, // 56: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
+	43, // 57: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
+	8,  // 58: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	10, // 59: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	10, // 60: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	12, // 61: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	14, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	10, // 63: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	1,  // 64: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	1,  // 65: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	19, // 66: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	22, // 67: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	6,  // 68: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	1,  // 69: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	1,  // 70: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	11, // 71: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	13, // 72: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	1,  // 73: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	26, // 74: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	26, // 75: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	29, // 76: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	1,  // 77: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	33, // 78: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	35, // 79: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	37, // 80: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	1,  // 81: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
+	1,  // 82: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
+	41, // 83: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
+	10, // 84: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
+	58, // [58:85] is the sub-list for method output_type
+	31, // [31:58] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3170,13 +3240,14 @@ func file_master_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_master_proto_goTypes,
 		DependencyIndexes: file_master_proto_depIdxs,
+		EnumInfos:         file_master_proto_enumTypes,
 		MessageInfos:      file_master_proto_msgTypes,
 	}.Build()
 	File_master_proto = out.File
