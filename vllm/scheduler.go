@@ -104,8 +104,11 @@ type FinishResult struct {
 // for concurrent use.
 type Scheduler struct {
 	s    Settings
-	pool *poolclient.Pool   // store mode
+	pool *poolclient.Pool   // store mode; nil while poolErr is set
 	rt   *runtime.Scheduler // store mode
+	// poolErr is why a store-mode scheduler has no pool (mc_pool_required
+	// false); set once by NewScheduler.
+	poolErr error
 
 	mu sync.Mutex
 	// pending are P/D requests seen by UpdateAfterAlloc (producer: to be
@@ -132,11 +135,32 @@ func NewScheduler(ctx context.Context, s Settings, env map[string]string) (*Sche
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
-	pool, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host, NoSegment: true, NoShm: true})
+	pool, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host, NoSegment: true, NoShm: true, Env: env, Timeout: s.ConnectTimeout})
 	if err != nil {
-		return nil, err
+		err = poolUnavailable(pc, s.ConnectTimeout, err)
+		if s.PoolRequired {
+			return nil, err
+		}
+		sc, serr := newStoreScheduler(s, nil, missExister{})
+		if serr != nil {
+			return nil, serr
+		}
+		sc.poolErr = err
+		return sc, nil
 	}
 	return newStoreScheduler(s, pool, pool.Client)
+}
+
+// PoolError is the error that left a store-mode connector without its
+// pool (mc_pool_required false: it serves without the cache), or nil.
+func (sc *Scheduler) PoolError() error { return sc.poolErr }
+
+// missExister answers every key absent: the lookups of a scheduler
+// serving without its pool are misses, not errors.
+type missExister struct{}
+
+func (missExister) BatchIsExist(_ context.Context, keys []string) ([]bool, error) {
+	return make([]bool, len(keys)), nil
 }
 
 // newStoreScheduler wires the runtime to an Exister (tests pass a fake).

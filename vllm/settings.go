@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/connectors/config"
+	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/core/kvpool"
 )
 
@@ -123,6 +124,15 @@ type Settings struct {
 	AbortTimeout    time.Duration `json:"-"`
 	SaveDecodeCache bool          `json:"-"`
 	Layerwise       bool          `json:"-"`
+	// PoolRequired (mc_pool_required, default true): a store-mode
+	// connector whose pool cannot be reached within ConnectTimeout fails
+	// its construction, so the engine exits with the error; false logs it
+	// and serves without the cache (every lookup a miss, loads reported
+	// failed, saves dropped) for the process's lifetime.
+	PoolRequired bool `json:"-"`
+	// ConnectTimeout (mc_connect_timeout_ms, default 10 s) bounds opening
+	// the pool: metadata server, master and segment mount.
+	ConnectTimeout time.Duration `json:"-"`
 }
 
 // extraKeys are the kv_connector_extra_config keys the connector reads
@@ -137,6 +147,8 @@ type extraKeys struct {
 	BootstrapAddr   *string  `json:"bootstrap_server_address"`
 	SaveDecodeCache *bool    `json:"save_decode_cache"`
 	Layerwise       *bool    `json:"mc_layerwise"`
+	PoolRequired    *bool    `json:"mc_pool_required"`
+	ConnectTimeout  *float64 `json:"mc_connect_timeout_ms"`
 }
 
 // Environment variables read, with upstream's names and defaults.
@@ -173,6 +185,7 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	s.Mode, s.LoadAsync = ModeStore, true
 	s.LookupTimeout, s.LoadTimeout, s.SaveTimeout = 5*time.Second, 30*time.Second, 30*time.Second
 	s.BootstrapPort, s.AbortTimeout = 8998, 480*time.Second
+	s.PoolRequired, s.ConnectTimeout = true, 10*time.Second
 	var ex extraKeys
 	if len(bytes.TrimSpace(s.Extra)) > 0 && !bytes.Equal(bytes.TrimSpace(s.Extra), []byte("null")) {
 		if err := json.Unmarshal(s.Extra, &ex); err != nil {
@@ -194,11 +207,14 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	if ex.Layerwise != nil {
 		s.Layerwise = *ex.Layerwise
 	}
+	if ex.PoolRequired != nil {
+		s.PoolRequired = *ex.PoolRequired
+	}
 	for _, d := range []struct {
 		key string
 		v   *float64
 		out *time.Duration
-	}{{"mc_lookup_timeout_ms", ex.LookupTimeoutMS, &s.LookupTimeout}, {"mc_load_timeout_ms", ex.LoadTimeoutMS, &s.LoadTimeout}, {"mc_save_timeout_ms", ex.SaveTimeoutMS, &s.SaveTimeout}} {
+	}{{"mc_lookup_timeout_ms", ex.LookupTimeoutMS, &s.LookupTimeout}, {"mc_load_timeout_ms", ex.LoadTimeoutMS, &s.LoadTimeout}, {"mc_save_timeout_ms", ex.SaveTimeoutMS, &s.SaveTimeout}, {"mc_connect_timeout_ms", ex.ConnectTimeout, &s.ConnectTimeout}} {
 		if d.v == nil {
 			continue
 		}
@@ -301,7 +317,9 @@ func (s Settings) shards() []kvpool.Namespace {
 // kv_connector_extra_config's preferred_segment; without that variable,
 // from the pool keys in kv_connector_extra_config itself (metadata_server,
 // master_server_address, global_segment_size, ...; our extension).
-// Errors match config's errors (ErrNoSource when neither names a master).
+// A protocol no source sets is poolclient.DefaultProtocol (tcp), not
+// upstream's rdma default. Errors match config's errors (ErrNoSource when
+// neither names a master).
 func (s Settings) PoolConfig(env map[string]string) (config.Config, error) {
 	if env == nil {
 		env = config.FromOS()
@@ -316,6 +334,11 @@ func (s Settings) PoolConfig(env map[string]string) (config.Config, error) {
 		opts.File = name
 		opts.ReadFile = func(string) ([]byte, error) { return extra, nil }
 	}
-	cfg, _, err := config.Load(opts)
+	cfg, rep, err := config.Load(opts)
+	if err == nil && rep.Sources["protocol"].Kind == config.FromDefault {
+		// Upstream's vLLM default is rdma; an unset protocol means what
+		// this build's store client speaks, not an unsupported error.
+		cfg.Protocol = poolclient.DefaultProtocol
+	}
 	return cfg, err
 }

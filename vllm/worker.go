@@ -126,9 +126,13 @@ func NewWorker(s Settings, env map[string]string, pd PDFactory) (*Worker, error)
 			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 		}
 		open = func(ctx context.Context) (Pool, func() error, error) {
-			p, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host})
+			p, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host, Env: env, Timeout: s.ConnectTimeout})
 			if err != nil {
-				return nil, nil, err
+				err = poolUnavailable(pc, s.ConnectTimeout, err)
+				if s.PoolRequired {
+					return nil, nil, err
+				}
+				return noPool{err}, nil, nil
 			}
 			return p.Client, p.Close, nil
 		}

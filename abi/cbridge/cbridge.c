@@ -49,3 +49,10 @@ void mc_buf_free(mc_buf_t* buf) {
   buf->data = NULL;
   buf->len = 0;
 }
+
+/* The C library's current environment (see env.go): what getenv reads,
+ * including variables set after the process started, and still valid after
+ * setproctitle moved it off the stack. */
+extern char** environ;
+
+char** mcgo_environ(void) { return environ; }

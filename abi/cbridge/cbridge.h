@@ -20,4 +20,9 @@ void mcgo_set_error(const char* msg, size_t n);
 /* mcgo_clear_error stores "" in this thread's last-error buffer. */
 void mcgo_clear_error(void);
 
+/* mcgo_environ returns the C library's environ (NULL-terminated array of
+ * "NAME=value" strings), as getenv sees it now. Not retained: copy what
+ * you read before the next setenv/putenv. */
+char** mcgo_environ(void);
+
 #endif

@@ -117,7 +117,7 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 	if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
 		publish = host
 	}
-	return poolclient.BindHost(host), port, publish, nil
+	return poolclient.BindHost(host, cbridge.Environ()), port, publish, nil
 }
 
 // freePort asks the kernel for a free TCP port on host (the listener is

@@ -32,6 +32,12 @@ import (
 // ABIs map it to MC_ERR_UNSUPPORTED.
 var ErrUnsupported = transfer.ErrUnsupported
 
+// DefaultProtocol is the transport this build's store client speaks
+// (tcp, with shm between processes of one host). Adapters use it when no
+// config source names a protocol: upstream's vLLM and SGLang connectors
+// default to rdma, which Open refuses with ErrUnsupported.
+const DefaultProtocol = "tcp"
+
 // Options are what Open needs beyond the loaded settings.
 type Options struct {
 	// Host is this process's address as peers see it when the settings
@@ -44,6 +50,11 @@ type Options struct {
 	NoShm bool
 	// Timeout bounds Open (metadata and master I/O); default 60 s.
 	Timeout time.Duration
+	// Env is the process environment (MC_TCP_BIND_ADDRESS); nil means the
+	// Go runtime's (os.Getenv). Code inside libmooncake.so passes
+	// cbridge.Environ(): the Go runtime's view is wrong inside engines that
+	// call setproctitle (vLLM).
+	Env map[string]string
 }
 
 // Pool is an open store client and what it needs closed after it.
@@ -103,7 +114,7 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 			port = int(n)
 		}
 	}
-	bind := BindHost(host)
+	bind := BindHost(host, o.Env)
 	conn := cfg.MetadataServer
 	if conn == "" {
 		u, err := metaopen.DefaultURL(cfg.MasterServerAddress)
@@ -155,10 +166,16 @@ const EnvBindAddress = "MC_TCP_BIND_ADDRESS"
 
 // BindHost is the host the data plane of a process that peers reach as
 // host listens on: MC_TCP_BIND_ADDRESS's host (or its whole value when it
-// is not host:port) when set, as upstream; else host when it is an IP
-// literal; else every interface (0.0.0.0).
-func BindHost(host string) string {
-	if env := os.Getenv(EnvBindAddress); env != "" {
+// is not host:port) when set in env (nil: os.Getenv), as upstream; else
+// host when it is an IP literal; else every interface (0.0.0.0).
+func BindHost(host string, env map[string]string) string {
+	v := ""
+	if env == nil {
+		v = os.Getenv(EnvBindAddress)
+	} else {
+		v = env[EnvBindAddress]
+	}
+	if env := v; env != "" {
 		if h, _, err := net.SplitHostPort(env); err == nil {
 			return h
 		}

@@ -46,6 +46,8 @@ int mc_vllm_request_finished(mc_vllm_connector_t* c, const char* args_json, mc_b
 
 int mc_vllm_build_meta(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_build_meta(handle_of(c), out); }
 
+int mc_vllm_pool_error(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_pool_error(handle_of(c), out); }
+
 int mc_vllm_reset(mc_vllm_connector_t* c, int64_t* out_removed) {
   return mcgo_vllm_reset(handle_of(c), out_removed);
 }

@@ -104,16 +104,19 @@ func mcgo_vllm_create(settings *C.char, role C.int, out *C.uint64_t) (rc int32) 
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
 	}
-	s, err := vllm.ParseSettings([]byte(C.GoString(settings)), nil)
+	// libc's environment, not the Go runtime's: vLLM's setproctitle
+	// overwrote the block the runtime read at load time.
+	env := cbridge.Environ()
+	s, err := vllm.ParseSettings([]byte(C.GoString(settings)), env)
 	if err != nil {
 		return fail(fn, err)
 	}
 	c := &connector{}
 	switch vllm.Role(role) {
 	case vllm.RoleScheduler:
-		c.sched, err = vllm.NewScheduler(context.Background(), s, nil)
+		c.sched, err = vllm.NewScheduler(context.Background(), s, env)
 	case vllm.RoleWorker:
-		c.worker, err = vllm.NewWorker(s, nil, vllm.PD)
+		c.worker, err = vllm.NewWorker(s, env, vllm.PD)
 	default:
 		err = fmt.Errorf("%w: role %d, want MC_VLLM_ROLE_SCHEDULER (0) or MC_VLLM_ROLE_WORKER (1)", vllm.ErrBadConfig, int(role))
 	}
@@ -252,6 +255,31 @@ func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 	b, err := c.sched.BuildMeta()
 	if err != nil {
 		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_pool_error
+func mcgo_vllm_pool_error(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_pool_error"
+	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, cbridge.Null("out"))
+	}
+	var perr error
+	if c.sched != nil {
+		perr = c.sched.PoolError()
+	} else if c.worker != nil {
+		perr = c.worker.PoolError()
+	}
+	var b []byte
+	if perr != nil {
+		b = []byte(perr.Error())
 	}
 	fillBuf(out, b)
 	return cbridge.Succeed()

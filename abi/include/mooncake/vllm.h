@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define MC_VLLM_ABI_VERSION_MAJOR 1
-#define MC_VLLM_ABI_VERSION_MINOR 0
+#define MC_VLLM_ABI_VERSION_MINOR 1
 #define MC_VLLM_ABI_VERSION ((uint32_t)((MC_VLLM_ABI_VERSION_MAJOR << 16) | MC_VLLM_ABI_VERSION_MINOR))
 
 /* Roles (vLLM's KVConnectorRole values). */
@@ -176,6 +176,14 @@ int mc_vllm_get_finished(mc_vllm_connector_t* c, mc_buf_t* out);
 /* mc_vllm_take_stats stores the counters since the previous call in *out
  * and resets them. */
 int mc_vllm_take_stats(mc_vllm_connector_t* c, mc_vllm_stats_t* out);
+
+/* mc_vllm_pool_error (since 1.1), either role: *out receives the message
+ * of the error that left a store-mode connector without its pool
+ * ("mc_pool_required": false in kv_connector_extra_config, so creation or
+ * mc_vllm_register_kv_caches succeeded and the connector serves without
+ * the cache: lookups miss, loads are reported failed, saves are dropped),
+ * or stays empty (len 0) while the pool is open. Free it with mc_buf_free. */
+int mc_vllm_pool_error(mc_vllm_connector_t* c, mc_buf_t* out);
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,7 @@ _PROTOS = {
     "mc_vllm_wait_for_save": (ctypes.c_int, [_H]),
     "mc_vllm_get_finished": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_take_stats": (ctypes.c_int, [_H, ctypes.POINTER(Stats)]),
+    "mc_vllm_pool_error": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
 }
 
 
@@ -173,6 +174,13 @@ class Connector:
         data = self._take(buf)  # filled even when rc reports a save that could not start
         out = json.loads(data) if data else {}
         return out, (None if rc == 0 else error_for(rc, _lib.last_error(self._lib)))
+
+    def pool_error(self):
+        """Why this store-mode connector serves without its pool
+        (mc_pool_required false), or "" while the pool is open."""
+        buf = Buf()
+        self._check(self._lib.mc_vllm_pool_error(self._h, ctypes.byref(buf)))
+        return self._take(buf).decode("utf-8", "replace")
 
     def take_stats(self):
         s = Stats()

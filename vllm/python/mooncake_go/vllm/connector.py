@@ -18,6 +18,7 @@ import os
 import threading
 
 from . import _abi
+from . import stats as _stats
 
 try:  # the real base classes when vLLM is installed
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -28,7 +29,7 @@ try:  # the real base classes when vLLM is installed
 except ImportError:  # vLLM absent: the same surface, for tests and tools
     import enum
 
-    class KVConnectorRole(enum.IntEnum):
+    class KVConnectorRole(enum.Enum):  # a plain Enum, as vLLM's: int(role) raises
         SCHEDULER = 0
         WORKER = 1
 
@@ -112,11 +113,43 @@ def _host():
         return "127.0.0.1"
 
 
-def _kv_layout(extra, use_mla):
-    if use_mla:
-        return "vllm-mla"
+def _role_value(role):
+    """vLLM's KVConnectorRole as the ABI's MC_VLLM_ROLE_* int: its value
+    (vLLM's role is a plain enum.Enum, so int(role) raises); a bare int is
+    taken as is."""
+    v = getattr(role, "value", role)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"KV connector role {role!r}: want KVConnectorRole.SCHEDULER or WORKER")
+    return v
+
+
+def _resolved_layout(kv_cache_config):
+    """kv_cache_config.kv_cache_layout (vLLM >= 0.32: the physical order of
+    the logical [L, B, H, N, C] KV cache, e.g. "LBHNC", resolved by the
+    engine core and adopted by every worker), upper case, or None."""
+    v = getattr(kv_cache_config, "kv_cache_layout", None)
+    v = getattr(v, "name", v)
+    if not v:
+        return None
+    v = str(v).upper()
+    if sorted(v) != sorted("LBHNC"):
+        return None
+    return v
+
+
+def _kv_layout(extra, use_mla, kv_cache_config=None):
+    """The layout name in this instance's keys: mc_layout when given; else
+    the layout vLLM resolved for this engine ("vllm-lbhnc"; MLA
+    "vllm-mla-lbhnc"), which register_kv_caches checks against the
+    tensors; else (older vLLM) its get_kv_cache_layout() ("vllm-nhd",
+    "vllm-hnd"; MLA "vllm-mla")."""
     if extra.get("mc_layout"):
         return str(extra["mc_layout"])
+    resolved = _resolved_layout(kv_cache_config)
+    if resolved:
+        return ("vllm-mla-" if use_mla else "vllm-") + resolved.lower()
+    if use_mla:
+        return "vllm-mla"
     layout = "NHD"
     try:
         from vllm.v1.attention.backends.utils import get_kv_cache_layout
@@ -153,6 +186,7 @@ def _block_size(vllm_config):
 # loader, or by upstream's Mooncake connectors (accepted and ignored).
 KNOWN_EXTRA_KEYS = frozenset(
     """mc_mode mc_layerwise mc_layout mc_num_layers mc_lookup_timeout_ms mc_load_timeout_ms mc_save_timeout_ms
+    mc_pool_required mc_connect_timeout_ms
     load_async cache_prefix save_decode_cache bootstrap_server_address preferred_segment
     local_hostname metadata_server master_server_address master_server_addr global_segment_size
     local_buffer_size protocol device_name rdma_devices mode enable_offload tenant_id
@@ -161,7 +195,7 @@ KNOWN_EXTRA_KEYS = frozenset(
 )
 
 
-def settings_from(vllm_config, role):
+def settings_from(vllm_config, role, kv_cache_config=None):
     """The vllm.Settings JSON object for this process (see vllm.h)."""
     ktc = vllm_config.kv_transfer_config
     extra = dict(getattr(ktc, "kv_connector_extra_config", None) or {})
@@ -172,7 +206,7 @@ def settings_from(vllm_config, role):
         "engine_id": str(getattr(ktc, "engine_id", "") or ""),
         "model": str(_get(vllm_config, "model_config.model", "")),
         "kv_dtype": _kv_dtype(vllm_config),
-        "layout": _kv_layout(extra, use_mla),
+        "layout": _kv_layout(extra, use_mla, kv_cache_config),
         "block_size": _block_size(vllm_config),
         "tp_rank": _tp_rank(vllm_config) if worker else 0,
         "tp_size": int(_get(vllm_config, "parallel_config.tensor_parallel_size", 1) or 1),
@@ -270,6 +304,31 @@ def regions_of(kv_caches, num_blocks=None):
     return regions
 
 
+def check_layout(kv_caches, resolved):
+    """Raises LayoutError unless every 4-D [B, H, N, C] KV cache tensor is
+    stored in the physical order the resolved layout names (e.g. "LBHNC":
+    blocks, then heads, then tokens, then content; L is the tensor itself),
+    so the layout name in this instance's keys is the one its bytes have.
+    Tensors of other ranks (older vLLM's [2, B, N, H, D]) are not checked;
+    dims of size 1 are ignored."""
+    want = [d for d in resolved if d != "L"]
+    for name, t in kv_caches.items():
+        try:
+            _, shape, strides, _, _ = _tensor_info(t)
+        except (AttributeError, TypeError, KeyError):
+            continue  # regions_of names it
+        if len(shape) != 4:
+            continue
+        dims = [i for i in range(4) if shape[i] != 1]
+        got = [ "BHNC"[i] for i in sorted(dims, key=lambda i: strides[i], reverse=True)]
+        if got != [d for d in want if shape["BHNC".index(d)] != 1]:
+            raise LayoutError(
+                f"layer {name}: KV cache tensor of shape {shape}, strides {strides} is stored as "
+                f"{''.join(got)}, but kv_cache_config.kv_cache_layout is {resolved}: its blocks would be "
+                f"saved under the wrong layout name (set kv_connector_extra_config.mc_layout to name it)"
+            )
+
+
 def _safe(default):
     """Wraps a hot-path hook: a failure is logged and answered with default
     (a miss, no work, nothing finished) instead of raising into vLLM's
@@ -301,14 +360,15 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config) if _accepts_cache_config() else super().__init__(vllm_config, role)
         self._kv_cache_config = kv_cache_config
-        self._settings = settings_from(vllm_config, role)
+        self._settings = settings_from(vllm_config, role, kv_cache_config)
         unknown = sorted(set(self._settings["kv_connector_extra_config"]) - KNOWN_EXTRA_KEYS)
         if unknown:
             logger.warning("mooncake_go: kv_connector_extra_config keys not used by MooncakeGoConnector: %s", ", ".join(unknown))
         self._mode = self._settings["kv_connector_extra_config"].get("mc_mode", "store")
         self._layerwise = bool(self._settings["kv_connector_extra_config"].get("mc_layerwise", False))
         self._layer_index = {}
-        self._c = _abi.Connector(self._settings, int(role))
+        self._c = _abi.Connector(self._settings, _role_value(role))
+        self._log_pool_error()
         self._is_worker = role == KVConnectorRole.WORKER
         self._lock = threading.Lock()
         # Scheduler side, by request id: the request, its blocks, its block
@@ -317,6 +377,9 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._blocks = {}
         self._b64 = {}
         self._planned = {}
+        # Requests whose blocks request_finished held (hold=True) until the
+        # workers report them finished-sending.
+        self._held = set()
         # Worker side: failed block ids not yet reported.
         self._failed = set()
 
@@ -414,19 +477,33 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             logger.warning("mooncake_go: planning saves of request %s: %s", rid, e)
 
     def update_connector_output(self, connector_output):
-        return None
+        """Forgets held requests the workers finished sending (vLLM frees
+        their blocks now)."""
+        done = getattr(connector_output, "finished_sending", None)
+        if done and self._held:
+            self._held.difference_update(done)
+
+    def has_pending_push_work(self):
+        """True while a finished request's blocks are held for a transfer
+        (a P/D producer's push to its decode instance): vLLM keeps stepping
+        its engine loop, so the workers report the send and the blocks are
+        freed even when no new request arrives."""
+        return bool(self._held)
 
     @_safe((False, None))
     def request_finished(self, request, block_ids):
         rid = request.request_id
         for state in (self._reqs, self._blocks, self._b64, self._planned):
             state.pop(rid, None)
-        return self._c.request_finished({
+        hold, params = self._c.request_finished({
             "req_id": rid,
             "block_ids": list(block_ids),
             "length_capped": _status_name(request) == FINISHED_LENGTH_CAPPED,
             "params": _params(request),
         })
+        if hold:
+            self._held.add(rid)
+        return hold, params
 
     def get_finished_count(self):
         return None
@@ -441,9 +518,26 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     # ---- worker side ----------------------------------------------------
 
     def register_kv_caches(self, kv_caches):
+        """Registers vLLM's per-layer KV cache tensors (host memory). A
+        startup call: a tensor this connector cannot address, or one whose
+        byte order differs from the layout in its keys, raises LayoutError
+        so the engine stops with the reason instead of mixing layouts in
+        the pool."""
         nb = getattr(self._kv_cache_config, "num_blocks", None)
+        resolved = _resolved_layout(self._kv_cache_config)
+        if resolved and not self._settings["kv_connector_extra_config"].get("mc_layout"):
+            check_layout(kv_caches, resolved)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
         self._c.register_kv_caches(regions_of(kv_caches, nb))
+        self._log_pool_error()
+
+    def _log_pool_error(self):
+        try:
+            err = self._c.pool_error()
+        except _abi.MooncakeError:
+            return
+        if err:
+            logger.error("mooncake_go: serving without the KV cache pool (mc_pool_required is false): %s", err)
 
     @_safe(None)
     def handle_preemptions(self, arg):
@@ -502,11 +596,31 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         return failed
 
     def get_kv_connector_stats(self):
-        return None
+        """Worker side: a MooncakeGoKVConnectorStats of the counters since
+        the previous call (vLLM calls it every step and aggregates the
+        workers'), or None when nothing moved; the scheduler side has
+        none."""
+        if not self._is_worker or self._c is None:
+            return None
+        try:
+            st = _stats.MooncakeGoKVConnectorStats(data=self._c.take_stats())
+        except _abi.MooncakeError as e:
+            logger.warning("mooncake_go: get_kv_connector_stats: %s", e)
+            return None
+        return None if st.is_empty() else st
+
+    @classmethod
+    def build_kv_connector_stats(cls, data=None):
+        return _stats.MooncakeGoKVConnectorStats(data=data or {})
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        return _stats.MooncakeGoPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
 
     def take_stats(self):
         """Worker counters since the previous call (saved/loaded/failed
-        blocks and bytes)."""
+        blocks and bytes), as a dict; the same counters vLLM receives
+        through get_kv_connector_stats, which takes them too."""
         return self._c.take_stats()
 
     def shutdown(self):
