@@ -1,10 +1,10 @@
 #include "textflag.h"
 
-// func copyNTAsm(dst, src unsafe.Pointer, n uintptr)
+// func streamAsm(dst, src unsafe.Pointer, n uintptr)
 // n is a multiple of 128 and dst is 32-byte aligned. Loads are unaligned;
-// stores are non-temporal; SFENCE orders them before whatever the caller
-// does next (such as acknowledging the transfer).
-TEXT ·copyNTAsm(SB), NOSPLIT, $0-24
+// stores are non-temporal and not fenced: the caller calls sfenceAsm
+// before whatever must see them (such as acknowledging the transfer).
+TEXT ·streamAsm(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
@@ -24,8 +24,13 @@ loop:
 	ADDQ     $128, DI
 	DECQ     CX
 	JNZ      loop
-	SFENCE
 	VZEROUPPER
 
 done:
+	RET
+
+// func sfenceAsm()
+// SFENCE orders every earlier non-temporal store before later stores.
+TEXT ·sfenceAsm(SB), NOSPLIT, $0-0
+	SFENCE
 	RET

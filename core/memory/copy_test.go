@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestCopy checks Copy against the built-in copy for sizes around every
@@ -73,5 +75,115 @@ func benchCopy(b *testing.B, chunk int, f func(d, s []byte) int) {
 		for off := 0; off < len(src); off += chunk {
 			f(dst[off:off+chunk], src[off:off+chunk])
 		}
+	}
+}
+
+// TestGatherScatter checks Gather and Scatter against the built-in copy
+// of each piece in turn, for pieces below and above the streaming
+// threshold at odd alignments, with destinations shorter and longer than
+// the pieces, and that nothing outside the copied bytes is written.
+func TestGatherScatter(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	mem := make([]byte, 4<<20)
+	for i := range mem {
+		mem[i] = byte(r.Uint32())
+	}
+	// Pieces of a 2 MiB area, out of order, adjacent and apart.
+	layout := [][2]int{{1000, 3}, {7, ntMin + 1}, {ntMin + 8, 32 << 10}, {600000, 100}, {300001, 64<<10 + 33}, {900000, ntMin - 1}, {1 << 20, 200000}}
+	pieces := func(base []byte) [][]byte {
+		out := make([][]byte, len(layout))
+		for i, l := range layout {
+			out[i] = base[l[0] : l[0]+l[1]]
+		}
+		return out
+	}
+	total := 0
+	for _, l := range layout {
+		total += l[1]
+	}
+	for _, tc := range []struct {
+		name string
+		dst  int // destination length
+	}{{"exact", total}, {"short", total - 5000}, {"long", total + 64}} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.dst
+			if want > total {
+				want = total
+			}
+			// Gather the pieces of mem[:2 MiB] into mem[2 MiB+1:].
+			area := append([]byte(nil), mem...)
+			dst := area[2<<20+1 : 2<<20+1+tc.dst]
+			var ref []byte
+			for _, p := range pieces(area) {
+				ref = append(ref, p...)
+			}
+			before := append([]byte(nil), area...)
+			require.Equal(t, want, Gather(dst, pieces(area)))
+			require.Equal(t, ref[:want], dst[:want])
+			require.Equal(t, before[:2<<20+1], area[:2<<20+1], "Gather wrote outside dst")
+			require.Equal(t, before[2<<20+1+want:], area[2<<20+1+want:], "Gather wrote outside dst")
+
+			// Scatter mem[2 MiB+1:] back over the pieces.
+			area = append([]byte(nil), mem...)
+			src := area[2<<20+1 : 2<<20+1+tc.dst]
+			expect := append([]byte(nil), area...)
+			off := 0
+			for _, l := range layout {
+				k := min(l[1], want-off)
+				copy(expect[l[0]:l[0]+k], src[off:off+k])
+				off += k
+			}
+			require.Equal(t, want, Scatter(pieces(area), src))
+			require.Equal(t, expect, area)
+		})
+	}
+}
+
+// BenchmarkScatter moves a 2 MiB value into 64 pieces of 32 KiB spread
+// over 64 regions (a FlashAttention KV block) with one Copy per piece and
+// with Scatter.
+func BenchmarkScatter(b *testing.B) {
+	const piece, regions, blocks = 32 << 10, 64, 33
+	kv, seg := make([]byte, regions*blocks*piece), make([]byte, 64<<20)
+	for i := range kv { // real pages, not the shared zero page
+		kv[i] = byte(i)
+	}
+	for i := range seg {
+		seg[i] = byte(i >> 8)
+	}
+	dsts := make([][][]byte, 32)
+	for k := range dsts {
+		for r := range regions {
+			off := (r*blocks + k + 1) * piece
+			dsts[k] = append(dsts[k], kv[off:off+piece])
+		}
+	}
+	raw := make([]byte, 64<<20)
+	for i := range raw {
+		raw[i] = byte(i >> 4)
+	}
+	for _, mode := range []string{"contiguous", "copy", "scatter", "gather"} {
+		b.Run(mode, func(b *testing.B) {
+			b.SetBytes(int64(len(seg)))
+			for range b.N {
+				for k, ds := range dsts {
+					src := seg[k*(2<<20) : (k+1)*(2<<20)]
+					switch mode {
+					case "contiguous":
+						Copy(raw[k*(2<<20):(k+1)*(2<<20)], src)
+						continue
+					case "scatter":
+						Scatter(ds, src)
+						continue
+					case "gather":
+						Gather(src, ds)
+						continue
+					}
+					for r, d := range ds {
+						Copy(d, src[r*piece:])
+					}
+				}
+			}
+		})
 	}
 }

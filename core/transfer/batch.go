@@ -82,21 +82,22 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 		b.mu.Unlock()
 		return fmt.Errorf("%w: batch %d holds %d of %d, %d more submitted", ErrTooManyRequests, id, n, b.capacity, len(reqs))
 	}
+	// The caller may reuse reqs and their Pieces once Submit returns.
+	rs := clonePieces(slices.Clone(reqs))
 	first := len(b.mu.tasks)
-	if b.mu.pending == 0 && len(reqs) > 0 {
+	if b.mu.pending == 0 && len(rs) > 0 {
 		b.mu.done = make(chan struct{})
 	}
-	for _, r := range reqs {
+	for _, r := range rs {
 		b.mu.tasks = append(b.mu.tasks, task{req: r, status: StatusWaiting})
 	}
-	b.mu.pending += len(reqs)
-	e.inflight.Add(len(reqs))
+	b.mu.pending += len(rs)
+	e.inflight.Add(len(rs))
 	b.mu.Unlock()
 	// A few goroutines drain the submitted requests rather than one per
-	// request: a batch of many small requests (a KV block scattered over
-	// per-layer regions) pays goroutine start-up and stack growth once per
-	// worker. Concurrency is still at most Config.Workers across batches.
-	rs := slices.Clone(reqs) // the caller may reuse reqs once Submit returns
+	// request: a batch of many small requests pays goroutine start-up and
+	// stack growth once per worker. Concurrency is still at most
+	// Config.Workers across batches.
 	var next atomic.Int64
 	for range min(len(rs), cap(e.sem)) {
 		go func() {
@@ -110,6 +111,27 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 		}()
 	}
 	return nil
+}
+
+// clonePieces gives the scatter-gather requests of rs their own copies of
+// their Pieces (all in one allocation) and returns rs.
+func clonePieces(rs []Request) []Request {
+	n := 0
+	for _, r := range rs {
+		n += len(r.Pieces)
+	}
+	if n == 0 {
+		return rs
+	}
+	flat := make([]Piece, 0, n)
+	for i := range rs {
+		if len(rs[i].Pieces) > 0 {
+			k := len(flat)
+			flat = append(flat, rs[i].Pieces...)
+			rs[i].Pieces = flat[k:len(flat):len(flat)]
+		}
+	}
+	return rs
 }
 
 // run executes one request and records its outcome.
@@ -149,6 +171,9 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 	if r.Length == 0 {
 		return fmt.Errorf("%w: zero-length request", ErrInvalidArgument)
 	}
+	if len(r.Pieces) > 0 {
+		return e.executeV(ctx, r)
+	}
 	local, err := e.reg.Local(r.Source, r.Length)
 	if err != nil {
 		d, derr := e.reg.localDevice(r.Source, r.Length)
@@ -180,6 +205,94 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 	}
 	if err := s.peer.Do(ctx, r.Op, local, r.TargetOffset); err != nil {
 		return fmt.Errorf("%s %d bytes at %q %#x: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
+	}
+	return nil
+}
+
+// executeV performs a scatter-gather request (r.Pieces set): the pieces
+// are resolved in one pass over the registry (pieces adjacent in one
+// buffer merged), checked against the published remote range once, and
+// moved in one call to the peer (VectorPeer), or piece by piece otherwise.
+// Nothing moves unless every piece is registered and the remote range is
+// inside one buffer. Pieces in device memory, and device buffers on the
+// other side, take the single-request path one piece at a time.
+func (e *Engine) executeV(ctx context.Context, r Request) error {
+	var total uint64
+	for i, p := range r.Pieces {
+		if p.Length == 0 {
+			return fmt.Errorf("%w: zero-length piece %d", ErrInvalidArgument, i)
+		}
+		if p.Length > ^uint64(0)-total {
+			return fmt.Errorf("%w: pieces overflow the length", ErrInvalidArgument)
+		}
+		total += p.Length
+	}
+	if total != r.Length {
+		return fmt.Errorf("%w: pieces hold %d bytes, request length %d", ErrInvalidArgument, total, r.Length)
+	}
+	local, device, err := e.reg.localPieces(r.Pieces)
+	if err != nil {
+		return fmt.Errorf("local source: %w", err)
+	}
+	if device {
+		return e.executePieces(ctx, r)
+	}
+	if r.Target == LocalSegment {
+		remote, err := e.reg.Resolve(r.TargetOffset, r.Length)
+		if err != nil {
+			if _, derr := e.reg.ResolveDevice(r.TargetOffset, r.Length); derr != nil {
+				return fmt.Errorf("local target: %w", err)
+			}
+			return e.executePieces(ctx, r)
+		}
+		if r.Op == Write {
+			memory.Gather(remote, local)
+		} else {
+			memory.Scatter(local, remote)
+		}
+		return nil
+	}
+	s, bd, err := e.remoteBuffer(r)
+	if err != nil {
+		return err
+	}
+	if bd.IPCHandle != "" && s.ipc != nil {
+		return e.executePieces(ctx, r)
+	}
+	if err := doV(ctx, s.peer, r.Op, local, r.TargetOffset); err != nil {
+		return fmt.Errorf("%s %d bytes in %d pieces at %q %#x: %w", r.Op, r.Length, len(local), s.name, r.TargetOffset, err)
+	}
+	return nil
+}
+
+// executePieces performs a scatter-gather request as one single request
+// per piece, in order, stopping at the first failure.
+func (e *Engine) executePieces(ctx context.Context, r Request) error {
+	off := r.TargetOffset
+	for i, p := range r.Pieces {
+		one := Request{Op: r.Op, Source: p.Addr, Target: r.Target, TargetOffset: off, Length: p.Length}
+		if err := e.execute(ctx, one); err != nil {
+			return fmt.Errorf("piece %d of %d: %w", i, len(r.Pieces), err)
+		}
+		off += p.Length
+	}
+	return nil
+}
+
+// doV performs one request of the concatenated buffers local on p: with
+// DoV when p implements VectorPeer, else one Do per buffer.
+func doV(ctx context.Context, p Peer, op Opcode, local [][]byte, remoteAddr uint64) error {
+	if len(local) == 1 {
+		return p.Do(ctx, op, local[0], remoteAddr)
+	}
+	if vp, ok := p.(VectorPeer); ok {
+		return vp.DoV(ctx, op, local, remoteAddr)
+	}
+	for _, l := range local {
+		if err := p.Do(ctx, op, l, remoteAddr); err != nil {
+			return err
+		}
+		remoteAddr += uint64(len(l))
 	}
 	return nil
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/metadata/memmeta"
@@ -645,4 +647,44 @@ func TestDeviceBehindShm(t *testing.T) {
 	if !bytes.Equal(hb.Bytes(), ha.Bytes()) || tra.calls.Load() != before {
 		t.Fatalf("host WRITE behind shm: equal %t, tcp requests %d", bytes.Equal(hb.Bytes(), ha.Bytes()), tra.calls.Load()-before)
 	}
+}
+
+// TestScatterGatherDevice: a scatter-gather request with device pieces
+// (taken piece by piece through the device paths) lands every byte where
+// it belongs, towards a peer's host buffer and towards a device buffer of
+// the local segment.
+func TestScatterGatherDevice(t *testing.T) {
+	const size = 1 << 20
+	ctx := context.Background()
+	g := newFakeGPU()
+	meta := memmeta.New()
+	a := newNode(t, meta, "a", "host-a", g, tcp.Config{})
+	b := newNode(t, meta, "b", "host-b", g, tcp.Config{})
+	ha, hb := hostRegion(t, a.e, size), hostRegion(t, b.e, size)
+	da, dl := g.malloc(t, size), g.malloc(t, size)
+	require.NoError(t, a.e.RegisterDeviceMemory(ctx, da, size, 0, false))
+	require.NoError(t, a.e.RegisterDeviceMemory(ctx, dl, size, 0, true))
+	id, err := a.e.OpenSegment(ctx, "b")
+	require.NoError(t, err)
+	devA, _, err := g.mem(da, size)
+	require.NoError(t, err)
+	fillRand(ha.Bytes(), 3)
+	fillRand(devA, 4)
+	pieces := []transfer.Piece{{Addr: ha.Addr() + 10, Length: 100}, {Addr: da + 7, Length: 5000}, {Addr: ha.Addr() + 1000, Length: 70000}}
+	want := append(append(append([]byte(nil), ha.Bytes()[10:110]...), devA[7:5007]...), ha.Bytes()[1000:71000]...)
+	n := uint64(len(want))
+
+	xfer(t, a.e, transfer.Request{Op: transfer.Write, Target: id, TargetOffset: hb.Addr() + 64, Length: n, Pieces: pieces})
+	require.Equal(t, want, hb.Bytes()[64:64+n], "remote host target")
+
+	xfer(t, a.e, transfer.Request{Op: transfer.Write, Target: transfer.LocalSegment, TargetOffset: dl + 3, Length: n, Pieces: pieces})
+	devL, _, err := g.mem(dl, size)
+	require.NoError(t, err)
+	require.Equal(t, want, devL[3:3+n], "local device target")
+
+	// Read the remote copy back, scattered over other host and device places.
+	back := []transfer.Piece{{Addr: da + 200000, Length: 100}, {Addr: ha.Addr() + 300000, Length: 5000}, {Addr: da + 400000, Length: 70000}}
+	xfer(t, a.e, transfer.Request{Op: transfer.Read, Target: id, TargetOffset: hb.Addr() + 64, Length: n, Pieces: back})
+	got := append(append(append([]byte(nil), devA[200000:200100]...), ha.Bytes()[300000:305000]...), devA[400000:470000]...)
+	require.Equal(t, want, got, "scattered read into host and device pieces")
 }

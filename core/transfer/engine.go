@@ -488,6 +488,15 @@ func (f *fallbackPeer) Do(ctx context.Context, op Opcode, local []byte, remoteAd
 	return f.second.Do(ctx, op, local, remoteAddr)
 }
 
+// DoV implements VectorPeer the same way.
+func (f *fallbackPeer) DoV(ctx context.Context, op Opcode, local [][]byte, remoteAddr uint64) error {
+	err := doV(ctx, f.first, op, local, remoteAddr)
+	if err == nil || f.second == nil || ctx.Err() != nil {
+		return err
+	}
+	return doV(ctx, f.second, op, local, remoteAddr)
+}
+
 func (f *fallbackPeer) Close() error {
 	err := f.first.Close()
 	if f.second != nil {

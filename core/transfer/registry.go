@@ -154,6 +154,68 @@ func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) 
 	return nil, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, addr, length)
 }
 
+// localPieces resolves every piece for this process's own use (any
+// registered host buffer) under one read lock, merging a piece into the
+// previous one when it continues it in the same buffer. device reports
+// (with nil bytes) that every piece is registered but some are device
+// memory, which has no host bytes. Errors: ErrInvalidArgument for a
+// zero-length piece; ErrAddressNotRegistered for a piece outside every
+// registered buffer.
+func (r *Registry) localPieces(pieces []Piece) (out [][]byte, device bool, err error) {
+	out = make([][]byte, 0, len(pieces))
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	last := -1 // index in bufs of the buffer holding the previous piece
+	var prevEnd uint64
+	for _, p := range pieces {
+		if p.Length == 0 {
+			return nil, false, fmt.Errorf("%w: zero-length range at %#x", ErrInvalidArgument, p.Addr)
+		}
+		i := last
+		if i < 0 || !r.mu.bufs[i].holds(p.Addr, p.Length) {
+			i = r.findIndexLocked(p.Addr, p.Length)
+		}
+		if i < 0 {
+			return nil, false, fmt.Errorf("%w: [%#x,+%d)", ErrAddressNotRegistered, p.Addr, p.Length)
+		}
+		b := &r.mu.bufs[i]
+		device = device || b.Device
+		switch {
+		case device: // no host bytes to return; the rest is only checked
+		case i == last && p.Addr == prevEnd:
+			k := len(out) - 1
+			start := memory.AddrOf(out[k]) - b.Addr
+			end := p.Addr + p.Length - b.Addr
+			out[k] = b.bytes[start:end:end]
+		default:
+			off := p.Addr - b.Addr
+			out = append(out, b.bytes[off:off+p.Length:off+p.Length])
+		}
+		last, prevEnd = i, p.Addr+p.Length
+	}
+	if device {
+		return nil, true, nil
+	}
+	return out, false, nil
+}
+
+// holds reports whether [addr, addr+length) lies inside b.
+func (b *Buffer) holds(addr, length uint64) bool {
+	off := addr - b.Addr
+	return addr >= b.Addr && off < b.Length && length <= b.Length-off
+}
+
+// findIndexLocked returns the index of the buffer holding [addr,
+// addr+length), or -1. r.mu must be held.
+func (r *Registry) findIndexLocked(addr, length uint64) int {
+	bufs := r.mu.bufs
+	i := sort.Search(len(bufs), func(i int) bool { return bufs[i].Addr > addr }) - 1
+	if i >= 0 && bufs[i].holds(addr, length) {
+		return i
+	}
+	return -1
+}
+
 // lookupDevice returns the device range [addr, addr+length) when it lies
 // inside one registered device buffer (remote-accessible only, if
 // remoteOnly).

@@ -39,6 +39,17 @@ type Peer interface {
 	Close() error
 }
 
+// VectorPeer is an optional Peer feature: DoV performs one request whose
+// local side is the concatenation of the buffers local (in order; none
+// empty) and whose remote side is [remoteAddr, +total), as Do would for one
+// contiguous buffer, with the same acknowledgement and errors. A transport
+// that implements it moves a scatter-gather Request with as few messages
+// as a contiguous one (tcp) or under one lookup of the remote range (shm);
+// for other peers the engine calls Do once per buffer.
+type VectorPeer interface {
+	DoV(ctx context.Context, op Opcode, local [][]byte, remoteAddr uint64) error
+}
+
 // Prober is an optional Transport feature: Probe reports whether a live
 // engine answers at the address a descriptor publishes (nil = alive). The
 // engine uses it to refuse a segment name that a running peer already owns.

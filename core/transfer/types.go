@@ -64,12 +64,29 @@ type BatchID uint64
 // Request is one transfer: Length bytes between the local address Source and
 // the address TargetOffset inside segment Target. Mirrors upstream's
 // TransferRequest / C struct transfer_request.
+//
+// A request with Pieces is scatter-gather: its local side is the
+// concatenation of the pieces, in order (gathered for a Write, scattered
+// for a Read), and its remote side the one contiguous range [TargetOffset,
+// +Length), where Length is the pieces' total; Source is then unused. It
+// moves a KV block spread over per-layer regions as one request (one task,
+// one status) instead of one request per piece. Every piece must lie in a
+// buffer registered with this engine.
 type Request struct {
 	Op           Opcode
 	Source       uint64    // local virtual address, inside a buffer registered with this engine
 	Target       SegmentID // from OpenSegment, or LocalSegment
 	TargetOffset uint64    // virtual address in the target process, inside one of its registered buffers
 	Length       uint64    // bytes, > 0
+	// Pieces, if not empty, is the request's local side (see above);
+	// Submit copies it.
+	Pieces []Piece
+}
+
+// Piece is one local range of a scatter-gather Request: Length bytes (> 0)
+// at the local virtual address Addr.
+type Piece struct {
+	Addr, Length uint64
 }
 
 // Status is a request's state; values as upstream's TransferStatusEnum.

@@ -345,16 +345,19 @@ func (c *Client) pick(rs []*pb.Replica) int {
 }
 
 // transferReqs returns the requests that move replica rep to (Write) or
-// from (Read) the scatter list parts: one per piece of a replica slice
-// that falls in one part (a striped replica has several slices, each at
-// its offset in the value; an unstriped one is one slice).
+// from (Read) the scatter list parts: one per replica slice (a striped
+// replica has several, each at its offset in the value; an unstriped one
+// is one slice), a plain request when the slice's bytes lie in one part,
+// else a scatter-gather request whose pieces are the parts' bytes in the
+// slice (transfer.Request.Pieces; the engine merges pieces adjacent in
+// memory).
 func (c *Client) transferReqs(ctx context.Context, op transfer.Opcode, rep *pb.Replica, parts [][]byte) ([]transfer.Request, error) {
 	slices := rep.Slices
 	if len(slices) == 0 {
 		slices = []*pb.Slice{{Segment: rep.Segment, SegmentId: rep.SegmentId, Addr: rep.Addr, Size: rep.Size}}
 	}
 	total := partsLen(parts)
-	out := make([]transfer.Request, 0, max(len(slices), len(parts)))
+	out := make([]transfer.Request, 0, len(slices))
 	var off uint64          // value offset of the current slice
 	p, poff := 0, uint64(0) // current part and the offset in it
 	for i, s := range slices {
@@ -365,14 +368,26 @@ func (c *Client) transferReqs(ctx context.Context, op transfer.Opcode, rep *pb.R
 		if err != nil {
 			return nil, fmt.Errorf("open segment %q: %w", s.Segment, err)
 		}
+		req := transfer.Request{Op: op, Target: seg, TargetOffset: s.Addr, Length: s.Size}
+		var pieces []transfer.Piece
 		for done := uint64(0); done < s.Size; {
 			for poff == uint64(len(parts[p])) {
 				p, poff = p+1, 0
 			}
 			n := min(s.Size-done, uint64(len(parts[p]))-poff)
-			out = append(out, transfer.Request{Op: op, Source: memory.AddrOf(parts[p]) + poff, Target: seg, TargetOffset: s.Addr + done, Length: n})
+			addr := memory.AddrOf(parts[p]) + poff
+			if done == 0 && n == s.Size {
+				req.Source = addr // the slice lies in one part
+			} else {
+				if pieces == nil {
+					pieces = make([]transfer.Piece, 0, len(parts)-p)
+				}
+				pieces = append(pieces, transfer.Piece{Addr: addr, Length: n})
+			}
 			done, poff = done+n, poff+n
 		}
+		req.Pieces = pieces
+		out = append(out, req)
 		off += s.Size
 	}
 	if off != rep.Size {

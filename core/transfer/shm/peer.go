@@ -92,6 +92,43 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 	}
 }
 
+// DoV implements transfer.VectorPeer: the buffers of local, in order,
+// against the one remote range [remoteAddr, +total), bounds-checked and
+// copied under one lookup of the mapping. Errors as Do.
+func (p *peer) DoV(ctx context.Context, op transfer.Opcode, local [][]byte, remoteAddr uint64) error {
+	if op != transfer.Read && op != transfer.Write {
+		return fmt.Errorf("%w: shm: opcode %d", transfer.ErrInvalidArgument, op)
+	}
+	var n uint64
+	for _, l := range local {
+		if len(l) == 0 {
+			return fmt.Errorf("%w: shm: zero-length piece of a %s at %#x", transfer.ErrInvalidArgument, op, remoteAddr)
+		}
+		n += uint64(len(l))
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: shm: zero-length %s at %#x", transfer.ErrInvalidArgument, op, remoteAddr)
+	}
+	for attempt := 0; ; attempt++ {
+		if err := p.usable(); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		found, err := p.copyV(op, local, n, remoteAddr)
+		if found || err != nil {
+			return err
+		}
+		if attempt == 2 {
+			return fmt.Errorf("shm: segment %q: buffer at %#x keeps changing", p.seg, remoteAddr)
+		}
+		if err := p.fetch(ctx, remoteAddr, n); err != nil {
+			return err
+		}
+	}
+}
+
 func (p *peer) usable() error {
 	if p.closed.Load() {
 		return fmt.Errorf("%w: shm peer of segment %q", transfer.ErrClosed, p.seg)
@@ -139,6 +176,31 @@ func (p *peer) copy(op transfer.Opcode, local []byte, remoteAddr uint64) (found 
 		memory.Copy(remote, local)
 	} else {
 		memory.Copy(local, remote)
+	}
+	return true, nil
+}
+
+// copyV is copy for the n bytes of the buffers local, in order, against
+// [remoteAddr, +n).
+func (p *peer) copyV(op transfer.Opcode, local [][]byte, n, remoteAddr uint64) (found bool, err error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.mu.closed {
+		return true, fmt.Errorf("%w: shm peer of segment %q", transfer.ErrClosed, p.seg)
+	}
+	m := p.findLocked(remoteAddr)
+	if m == nil {
+		return false, nil
+	}
+	off := remoteAddr - m.base
+	if n > m.size-off { // off < m.size by findLocked
+		return true, fmt.Errorf("%w: shm: %s of %d bytes at %#x leaves buffer [%#x,+%d) of segment %q", transfer.ErrRejected, op, n, remoteAddr, m.base, m.size, p.seg)
+	}
+	remote := m.buf[off : off+n]
+	if op == transfer.Write {
+		memory.Gather(remote, local)
+	} else {
+		memory.Scatter(local, remote)
 	}
 	return true, nil
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -435,7 +435,7 @@ func (m *conn) writeLoop() {
 				h[16] = byte(j.op) | protoV2
 				iov = append(iov, h)
 				if j.op == transfer.Write {
-					iov = append(iov, j.local[off:end])
+					iov = j.appendViews(iov, off, end)
 				}
 				k++
 			}
@@ -457,6 +457,7 @@ func (m *conn) writeLoop() {
 func (m *conn) readLoop() {
 	defer m.exited(true)
 	fr := newFrameReader(m.c, clientReadBuffer, statusLen)
+	var views [][]byte // scratch: a READ slice's destination pieces
 	for {
 		st, err := fr.next(statusLen)
 		if err != nil {
@@ -489,7 +490,10 @@ func (m *conn) readLoop() {
 		case v&0xFFFFFFFF != statusOK:
 			res = fmt.Errorf("%w: %s of %d bytes at %#x", transfer.ErrRejected, j.op, end-off, j.remote+uint64(off))
 		case j.op == transfer.Read:
-			if _, err := io.ReadFull(fr, j.local[off:end]); err != nil {
+			views = j.appendViews(views[:0], off, end)
+			err := fr.readFullV(views)
+			clear(views)
+			if err != nil {
 				m.fail(err)
 				j.lost(s.i, err, true)
 				m.unload(1)
@@ -505,8 +509,14 @@ func (m *conn) readLoop() {
 // completed by their readers, and on a connection failure handed back for
 // the Do goroutine to deal again.
 type job struct {
-	op       transfer.Opcode
-	local    []byte
+	op transfer.Opcode
+	// parts is the local side, the concatenation of its buffers (one for
+	// Do, several for DoV); starts[k] is parts[k]'s offset in it and size
+	// its length in bytes.
+	parts    [][]byte
+	starts   []int
+	size     int
+	one      [1][]byte // parts' storage for Do
 	remote   uint64
 	slice    int // bytes per slice
 	count    int // number of slices
@@ -531,9 +541,26 @@ func (j *job) bounds(i int) (int, int) {
 	off := i * j.slice
 	end := off + j.slice
 	if i == j.count-1 {
-		end = len(j.local)
+		end = j.size
 	}
 	return off, end
+}
+
+// appendViews appends to dst the views of the local bytes [off, end) of
+// the request, one per part they touch.
+func (j *job) appendViews(dst [][]byte, off, end int) [][]byte {
+	if len(j.parts) == 1 {
+		return append(dst, j.parts[0][off:end])
+	}
+	k := sort.SearchInts(j.starts, off+1) - 1 // the part holding off
+	for ; off < end; k++ {
+		p := j.parts[k]
+		lo := off - j.starts[k]
+		hi := min(len(p), end-j.starts[k])
+		dst = append(dst, p[lo:hi])
+		off = j.starts[k] + hi
+	}
+	return dst
 }
 
 // signalLocked wakes Do (non-blocking; Do re-reads the state).
@@ -604,34 +631,58 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 	if len(local) == 0 {
 		return fmt.Errorf("%w: empty request", transfer.ErrInvalidArgument)
 	}
-	if uint64(len(local)) > ^uint64(0)-remoteAddr {
-		return fmt.Errorf("%w: range [%#x,+%d) wraps the address space", transfer.ErrInvalidArgument, remoteAddr, len(local))
+	j := p.newJob()
+	j.one[0] = local
+	j.parts, j.size = j.one[:], len(local)
+	j.starts = append(j.starts[:0], 0)
+	return p.do(ctx, j, op, remoteAddr)
+}
+
+// DoV implements transfer.VectorPeer: as Do, with the slices cut from the
+// remote range [remoteAddr, +total), so a slice's frame carries bytes of
+// several buffers of local (gathered into one vectored write for a WRITE,
+// read into each in turn for a READ): the same frames as one contiguous
+// request of that size. Errors as Do; ErrInvalidArgument for an empty
+// buffer.
+func (p *peer) DoV(ctx context.Context, op transfer.Opcode, local [][]byte, remoteAddr uint64) error {
+	j := p.newJob()
+	j.parts, j.size = local, 0
+	j.starts = j.starts[:0]
+	for _, l := range local {
+		if len(l) == 0 {
+			j.parts = nil
+			p.jobs.Put(j)
+			return fmt.Errorf("%w: empty piece", transfer.ErrInvalidArgument)
+		}
+		j.starts = append(j.starts, j.size)
+		j.size += len(l)
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("tcp %s: %w", p.addr, err)
+	if j.size == 0 {
+		j.parts = nil
+		p.jobs.Put(j)
+		return fmt.Errorf("%w: empty request", transfer.ErrInvalidArgument)
 	}
+	return p.do(ctx, j, op, remoteAddr)
+}
+
+// newJob returns a reset job from the pool.
+func (p *peer) newJob() *job {
 	j, _ := p.jobs.Get().(*job)
 	if j == nil {
 		j = &job{progress: make(chan struct{}, 1)}
 	}
-	j.op, j.local, j.remote, j.slice, j.limit = op, local, remoteAddr, p.cfg.SliceSize, p.cfg.RetryCount
-	j.count = (len(local) + j.slice - 1) / j.slice
-	if j.count > 1 {
-		if tail := len(local) - (j.count-1)*j.slice; tail <= j.slice/4 {
-			j.count-- // merge a small tail into the previous slice
-		}
-	}
-	j.mu.pending, j.mu.out, j.mu.err = j.count, 0, nil
-	j.idx = j.idx[:0]
-	for i := 0; i < j.count; i++ {
-		j.idx = append(j.idx, i)
-	}
-	err := p.run(ctx, j)
+	return j
+}
+
+// do runs j (its parts, starts and size set) and puts it back in the pool.
+func (p *peer) do(ctx context.Context, j *job, op transfer.Opcode, remoteAddr uint64) error {
+	err := p.doJob(ctx, j, op, remoteAddr)
 	// No connection holds a slot of j any more: it can be reused.
 	clear(j.used)
 	j.used = j.used[:0]
 	clear(j.conns)
-	j.local, j.mu.retry, j.mu.attempts = nil, j.mu.retry[:0], nil
+	j.one[0], j.parts = nil, nil
+	j.mu.retry, j.mu.attempts = j.mu.retry[:0], nil
 	select {
 	case <-j.progress:
 	default:
@@ -641,6 +692,28 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 		return fmt.Errorf("tcp %s: %w", p.addr, err)
 	}
 	return nil
+}
+
+func (p *peer) doJob(ctx context.Context, j *job, op transfer.Opcode, remoteAddr uint64) error {
+	if uint64(j.size) > ^uint64(0)-remoteAddr {
+		return fmt.Errorf("%w: range [%#x,+%d) wraps the address space", transfer.ErrInvalidArgument, remoteAddr, j.size)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	j.op, j.remote, j.slice, j.limit = op, remoteAddr, p.cfg.SliceSize, p.cfg.RetryCount
+	j.count = (j.size + j.slice - 1) / j.slice
+	if j.count > 1 {
+		if tail := j.size - (j.count-1)*j.slice; tail <= j.slice/4 {
+			j.count-- // merge a small tail into the previous slice
+		}
+	}
+	j.mu.pending, j.mu.out, j.mu.err = j.count, 0, nil
+	j.idx = j.idx[:0]
+	for i := 0; i < j.count; i++ {
+		j.idx = append(j.idx, i)
+	}
+	return p.run(ctx, j)
 }
 
 // run deals j.idx, then waits, dealing lost slices again, until every

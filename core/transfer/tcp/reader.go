@@ -32,6 +32,7 @@ type frameReader struct {
 	// readv state shared with readvFn (a method value made once, so a read
 	// allocates nothing).
 	iov     [2][]byte
+	iovs    [][]byte // readFullV's scratch
 	cur     [][]byte
 	n       int
 	err     error
@@ -80,30 +81,10 @@ func (f *frameReader) read(a, b []byte) (int, error) {
 		return f.c.Read(a)
 	}
 	f.iov[0], f.iov[1] = a, b
-	f.cur = f.iov[:1]
 	if len(b) > 0 {
-		f.cur = f.iov[:2]
+		return f.readIOV(f.iov[:2])
 	}
-	for {
-		f.blocked = false
-		if err := f.rc.Read(f.readvFn); err != nil {
-			return 0, err
-		}
-		switch {
-		case f.blocked:
-			if err := f.send(); err != nil {
-				return 0, err
-			}
-			continue
-		case f.err == unix.EINTR:
-			continue
-		case f.err != nil:
-			return 0, f.err
-		case f.n == 0:
-			return 0, io.EOF
-		}
-		return f.n, nil
-	}
+	return f.readIOV(f.iov[:1])
 }
 
 // Read implements io.Reader: buffered bytes first; a small p is served
@@ -135,6 +116,90 @@ func (f *frameReader) Read(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return n, err
+}
+
+// maxReadIOV bounds the buffers of one readv (the kernel refuses more
+// than IOV_MAX, 1024).
+const maxReadIOV = 256
+
+// readFullV fills every buffer of dst, in order, as io.ReadFull would
+// each in turn, but with one readv per system call over all the buffers
+// still to fill (and the next frame's fixed part read ahead into the
+// buffer): a payload scattered over several buffers costs what one
+// contiguous payload does. Errors: the read error; io.ErrUnexpectedEOF
+// when the stream ends inside dst.
+func (f *frameReader) readFullV(dst [][]byte) error {
+	k, done := 0, 0 // current buffer and the bytes of it filled
+	for k < len(dst) && f.r < f.w {
+		n := copy(dst[k][done:], f.buf[f.r:f.w])
+		f.r += n
+		if done += n; done == len(dst[k]) {
+			k, done = k+1, 0
+		}
+	}
+	if k == len(dst) {
+		return nil
+	}
+	if f.rc == nil {
+		for ; k < len(dst); k, done = k+1, 0 {
+			if _, err := io.ReadFull(f, dst[k][done:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f.r, f.w = 0, 0
+	for k < len(dst) {
+		f.iovs = append(f.iovs[:0], dst[k][done:])
+		if rest := dst[k+1:]; len(rest) < maxReadIOV {
+			f.iovs = append(f.iovs, rest...)
+			f.iovs = append(f.iovs, f.buf[:f.ahead])
+		} else {
+			f.iovs = append(f.iovs, rest[:maxReadIOV-1]...)
+		}
+		n, err := f.readIOV(f.iovs)
+		clear(f.iovs)
+		if n == 0 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		for n > 0 && k < len(dst) {
+			m := min(n, len(dst[k])-done)
+			n -= m
+			if done += m; done == len(dst[k]) {
+				k, done = k+1, 0
+			}
+		}
+		f.w = n // bytes read ahead into buf
+	}
+	return nil
+}
+
+// readIOV is read over any number of buffers (a raw socket only).
+func (f *frameReader) readIOV(iov [][]byte) (int, error) {
+	f.cur = iov
+	for {
+		f.blocked = false
+		if err := f.rc.Read(f.readvFn); err != nil {
+			return 0, err
+		}
+		switch {
+		case f.blocked:
+			if err := f.send(); err != nil {
+				return 0, err
+			}
+			continue
+		case f.err == unix.EINTR:
+			continue
+		case f.err != nil:
+			return 0, f.err
+		case f.n == 0:
+			return 0, io.EOF
+		}
+		return f.n, nil
+	}
 }
 
 // next returns the next n bytes (n at most the buffer's size); they stay

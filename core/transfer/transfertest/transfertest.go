@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/transfer"
@@ -118,6 +121,8 @@ func RunBackend(t *testing.T, newBackend func(t testing.TB) Backend, nt NewTrans
 	t.Run("OpenSegmentErrors", func(t *testing.T) { testOpenErrors(t, pair(t)) })
 	t.Run("LocalSegment", func(t *testing.T) { testLocal(t, pair(t)) })
 	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, pair(t)) })
+	t.Run("ScatterGather", func(t *testing.T) { testScatterGather(t, pair(t)) })
+	t.Run("ScatterGatherRejected", func(t *testing.T) { testScatterGatherRejected(t, pair(t)) })
 }
 
 func fill(b []byte, seed uint64) {
@@ -302,4 +307,119 @@ func testPeerGone(t *testing.T, p *Pair) {
 	if ctx.Err() != nil {
 		t.Fatal("write to a closed peer hung until the deadline")
 	}
+}
+
+// sgPieces are scatter-gather pieces as (offset in a 1 MiB region, length):
+// tiny and large ones, pieces adjacent in memory (merged by the engine),
+// out of order, and pieces around the tcp slice size (64 KiB).
+var sgPieces = [][2]uint64{
+	{900000, 3}, {10, 70000}, {70010, 1}, {70011, 65536}, {500000, 7},
+	{300000, 32768}, {200000, 100000 - 1}, {600000, 131072}, {800000, 2},
+}
+
+// pieces returns sgPieces at base and their total length.
+func pieces(base uint64) ([]transfer.Piece, uint64) {
+	out := make([]transfer.Piece, len(sgPieces))
+	var n uint64
+	for i, p := range sgPieces {
+		out[i] = transfer.Piece{Addr: base + p[0], Length: p[1]}
+		n += p[1]
+	}
+	return out, n
+}
+
+// gathered is the concatenation of sgPieces' bytes of buf.
+func gathered(buf []byte) []byte {
+	var out []byte
+	for _, p := range sgPieces {
+		out = append(out, buf[p[0]:p[0]+p[1]]...)
+	}
+	return out
+}
+
+// testScatterGather writes pieces of A's region into one contiguous range
+// of B (remote and local segment) and reads the range back into pieces,
+// checking that every byte lands where it belongs and nothing else moves.
+func testScatterGather(t *testing.T, p *Pair) {
+	// A second region of A's, remote-accessible: the local segment's target.
+	own, err := memory.MapShared(1<<20, "seg-a-own")
+	require.NoError(t, err)
+	t.Cleanup(func() { own.Close() })
+	require.NoError(t, p.A.RegisterRegion(p.Background, own, "cpu:0", true))
+	t.Cleanup(func() { p.A.UnregisterLocalMemory(p.Background, own.Addr()) })
+	for _, tc := range []struct {
+		name   string
+		target transfer.SegmentID
+		reg    *memory.Region // the target's memory
+	}{
+		{"remote", p.BHandle, p.RB},
+		{"local segment", transfer.LocalSegment, own},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, dst := p.RA.Bytes(), tc.reg.Bytes()
+			const at = 4096 // the remote range's offset in dst
+			fill(a, 7)
+			fill(dst, 8)
+			ps, n := pieces(p.RA.Addr())
+			want := gathered(a)
+			beforeDst := append([]byte(nil), dst...)
+			err := p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Target: tc.target, TargetOffset: tc.reg.Addr() + at, Length: n, Pieces: ps}})
+			require.NoError(t, err)
+			require.Equal(t, want, dst[at:at+n], "gathered WRITE: target bytes")
+			require.Equal(t, beforeDst[:at], dst[:at], "WRITE touched bytes before its range")
+			require.Equal(t, beforeDst[at+n:], dst[at+n:], "WRITE touched bytes after its range")
+
+			// Read it back scattered over other places of A.
+			back := make([]transfer.Piece, len(ps))
+			for i := range ps {
+				back[i] = ps[i]
+				back[i].Addr += 1 // shifted: pieces stay inside the region
+			}
+			fill(dst[at:at+n], 9)
+			want = append([]byte(nil), dst[at:at+n]...)
+			beforeA := append([]byte(nil), a...)
+			err = p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Read, Target: tc.target, TargetOffset: tc.reg.Addr() + at, Length: n, Pieces: back}})
+			require.NoError(t, err)
+			got := make([]byte, 0, n)
+			expect := append([]byte(nil), beforeA...)
+			off := uint64(0)
+			for _, q := range sgPieces {
+				o := q[0] + 1
+				got = append(got, a[o:o+q[1]]...)
+				copy(expect[o:o+q[1]], want[off:off+q[1]])
+				off += q[1]
+			}
+			require.Equal(t, want, got, "scattered READ: local pieces")
+			require.Equal(t, expect, a, "READ touched local bytes outside its pieces")
+		})
+	}
+}
+
+// testScatterGatherRejected checks that a malformed or out-of-range
+// scatter-gather request fails without changing either side's memory.
+func testScatterGatherRejected(t *testing.T, p *Pair) {
+	a, b := p.RA.Bytes(), p.RB.Bytes()
+	fill(a, 10)
+	fill(b, 11)
+	beforeA, beforeB := append([]byte(nil), a...), append([]byte(nil), b...)
+	ps, n := pieces(p.RA.Addr())
+	base := p.RB.Addr()
+	outside := append(append([]transfer.Piece(nil), ps...), transfer.Piece{Addr: 4096, Length: 10})
+	zero := append(append([]transfer.Piece(nil), ps...), transfer.Piece{Addr: p.RA.Addr(), Length: 0})
+	for _, c := range []struct {
+		name string
+		req  transfer.Request
+		want error
+	}{
+		{"remote range past the end", transfer.Request{Op: transfer.Write, Target: p.BHandle, TargetOffset: base + (1 << 20) - n + 1, Length: n, Pieces: ps}, transfer.ErrAddressNotRegistered},
+		{"read past the end", transfer.Request{Op: transfer.Read, Target: p.BHandle, TargetOffset: base + (1 << 20) - n + 1, Length: n, Pieces: ps}, transfer.ErrAddressNotRegistered},
+		{"piece outside local memory", transfer.Request{Op: transfer.Write, Target: p.BHandle, TargetOffset: base, Length: n + 10, Pieces: outside}, transfer.ErrAddressNotRegistered},
+		{"length mismatch", transfer.Request{Op: transfer.Write, Target: p.BHandle, TargetOffset: base, Length: n - 1, Pieces: ps}, transfer.ErrInvalidArgument},
+		{"zero-length piece", transfer.Request{Op: transfer.Write, Target: p.BHandle, TargetOffset: base, Length: n, Pieces: zero}, transfer.ErrInvalidArgument},
+	} {
+		err := p.A.TransferSync(p.Background, []transfer.Request{c.req})
+		assert.ErrorIs(t, err, c.want, c.name)
+	}
+	require.Equal(t, beforeB, b, "a rejected request changed the target's memory")
+	require.Equal(t, beforeA, a, "a rejected request changed the initiator's memory")
 }
