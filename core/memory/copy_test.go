@@ -139,48 +139,45 @@ func TestGatherScatter(t *testing.T) {
 	}
 }
 
-// BenchmarkScatter moves a 2 MiB value into 64 pieces of 32 KiB spread
-// over 64 regions (a FlashAttention KV block) with one Copy per piece and
-// with Scatter.
-func BenchmarkScatter(b *testing.B) {
-	const piece, regions, blocks = 32 << 10, 64, 33
-	kv, seg := make([]byte, regions*blocks*piece), make([]byte, 64<<20)
+// BenchmarkPieces moves 32 values of 2 MiB between a contiguous area
+// (a pool segment) and a FlashAttention KV cache, where a value is 64
+// pieces of 32 KiB, one in each of 64 regions: contiguous is one Copy of
+// 2 MiB per value (the raw figure), copy one Copy per piece, scatter and
+// gather Scatter (segment to pieces: a load) and Gather (pieces to
+// segment: a save) per value.
+func BenchmarkPieces(b *testing.B) {
+	const piece, regions, blocks, value = 32 << 10, 64, 33, 2 << 20
+	kv, seg, raw := make([]byte, regions*blocks*piece), make([]byte, 32*value), make([]byte, 32*value)
 	for i := range kv { // real pages, not the shared zero page
 		kv[i] = byte(i)
 	}
 	for i := range seg {
-		seg[i] = byte(i >> 8)
+		seg[i], raw[i] = byte(i>>8), byte(i>>4)
 	}
-	dsts := make([][][]byte, 32)
-	for k := range dsts {
+	pieces := make([][][]byte, 32)
+	for k := range pieces {
 		for r := range regions {
 			off := (r*blocks + k + 1) * piece
-			dsts[k] = append(dsts[k], kv[off:off+piece])
+			pieces[k] = append(pieces[k], kv[off:off+piece])
 		}
-	}
-	raw := make([]byte, 64<<20)
-	for i := range raw {
-		raw[i] = byte(i >> 4)
 	}
 	for _, mode := range []string{"contiguous", "copy", "scatter", "gather"} {
 		b.Run(mode, func(b *testing.B) {
 			b.SetBytes(int64(len(seg)))
 			for range b.N {
-				for k, ds := range dsts {
-					src := seg[k*(2<<20) : (k+1)*(2<<20)]
+				for k, ps := range pieces {
+					v := seg[k*value : (k+1)*value]
 					switch mode {
 					case "contiguous":
-						Copy(raw[k*(2<<20):(k+1)*(2<<20)], src)
-						continue
+						Copy(raw[k*value:(k+1)*value], v)
+					case "copy":
+						for r, p := range ps {
+							Copy(p, v[r*piece:])
+						}
 					case "scatter":
-						Scatter(ds, src)
-						continue
+						Scatter(ps, v)
 					case "gather":
-						Gather(src, ds)
-						continue
-					}
-					for r, d := range ds {
-						Copy(d, src[r*piece:])
+						Gather(v, ps)
 					}
 				}
 			}
