@@ -141,43 +141,49 @@ func gateOf(ctx context.Context) (*stepGate, runtime.JobInfo) {
 	return g, info
 }
 
-// layerParts returns block b's bytes in the regions of layer l.
-func (w *Worker) layerParts(b, l int) ([][]byte, error) {
-	if b <= 0 || uint64(b) >= w.regions[0].NumBlocks {
-		return nil, fmt.Errorf("%w: block id %d outside [1, %d)", ErrBadInput, b, w.regions[0].NumBlocks)
+// appendLayerParts appends block b's bytes in the regions of layer l to
+// dst. Errors: ErrBadInput for a block id outside the KV cache.
+func (w *Worker) appendLayerParts(dst [][]byte, b, l int) ([][]byte, error) {
+	if err := w.checkBlock(b); err != nil {
+		return dst, err
 	}
-	idx := w.byLayer[l]
-	parts := make([][]byte, len(idx))
-	for i, ri := range idx {
+	for _, ri := range w.byLayer[l] {
 		r := w.regions[ri]
 		off := uint64(b) * r.BlockBytes
-		parts[i] = r.Buf[off : off+r.BlockBytes : off+r.BlockBytes]
+		dst = append(dst, r.Buf[off:off+r.BlockBytes:off+r.BlockBytes])
 	}
-	return parts, nil
+	return dst, nil
 }
 
 // gather returns, for every block not yet failed in errs, its index, its
 // key and its bytes: of layer l (key with the layer suffix), or of the
-// whole block when l < 0. A bad block id fails that block in errs.
+// whole block when l < 0. A bad block id fails that block in errs. Every
+// block's part list is a window of one allocation.
 func (w *Worker) gather(keys []string, blockIDs []int, errs []error, l int) (idx []int, ks []string, parts [][][]byte) {
+	per := len(w.regions)
+	if l >= 0 {
+		per = len(w.byLayer[l])
+	}
+	// Sized for every block, so appends never move the windows handed out.
+	flat := make([][]byte, 0, per*len(blockIDs))
+	idx, ks, parts = make([]int, 0, len(blockIDs)), make([]string, 0, len(blockIDs)), make([][][]byte, 0, len(blockIDs))
 	for i, b := range blockIDs {
 		if errs[i] != nil {
 			continue
 		}
-		var p [][]byte
 		var err error
-		key := keys[i]
+		key, start := keys[i], len(flat)
 		if l < 0 {
-			p, err = w.blockParts(b)
+			flat, err = w.appendBlockParts(flat, b)
 		} else {
-			p, err = w.layerParts(b, l)
+			flat, err = w.appendLayerParts(flat, b, l)
 			key = layerKey(key, l)
 		}
 		if err != nil {
 			errs[i] = err
 			continue
 		}
-		idx, ks, parts = append(idx, i), append(ks, key), append(parts, p)
+		idx, ks, parts = append(idx, i), append(ks, key), append(parts, flat[start:len(flat):len(flat)])
 	}
 	return idx, ks, parts
 }

@@ -267,18 +267,26 @@ func spans(regions []Region) ([][]byte, error) {
 	return out, nil
 }
 
-// blockParts returns block b's bytes in every region, in region order.
-// Block 0 is vLLM's null block and never holds data.
-func (w *Worker) blockParts(b int) ([][]byte, error) {
+// checkBlock reports a block id outside the KV cache. Block 0 is vLLM's
+// null block and never holds data. Errors: ErrBadInput.
+func (w *Worker) checkBlock(b int) error {
 	if b <= 0 || uint64(b) >= w.regions[0].NumBlocks {
-		return nil, fmt.Errorf("%w: block id %d outside [1, %d)", ErrBadInput, b, w.regions[0].NumBlocks)
+		return fmt.Errorf("%w: block id %d outside [1, %d)", ErrBadInput, b, w.regions[0].NumBlocks)
 	}
-	parts := make([][]byte, len(w.regions))
-	for i, r := range w.regions {
+	return nil
+}
+
+// appendBlockParts appends block b's bytes in every region, in region
+// order, to dst. Errors: ErrBadInput for a block id outside the KV cache.
+func (w *Worker) appendBlockParts(dst [][]byte, b int) ([][]byte, error) {
+	if err := w.checkBlock(b); err != nil {
+		return dst, err
+	}
+	for _, r := range w.regions {
 		off := uint64(b) * r.BlockBytes
-		parts[i] = r.Buf[off : off+r.BlockBytes : off+r.BlockBytes]
+		dst = append(dst, r.Buf[off:off+r.BlockBytes:off+r.BlockBytes])
 	}
-	return parts, nil
+	return dst, nil
 }
 
 type loader struct{ w *Worker }
