@@ -210,6 +210,7 @@ func collect(t testing.TB, w *Worker, done func(Finished) bool) Finished {
 		acc.Sending = append(acc.Sending, f.Sending...)
 		acc.Recving = append(acc.Recving, f.Recving...)
 		acc.FailedBlocks = append(acc.FailedBlocks, f.FailedBlocks...)
+		acc.Errors = append(acc.Errors, f.Errors...)
 		if done(acc) {
 			return acc
 		}

@@ -50,6 +50,13 @@ type Recv struct {
 	BootstrapAddr string `json:"bootstrap_addr"`
 	EngineID      string `json:"engine_id"`
 	BlockIDs      []int  `json:"block_ids"`
+	// Release marks a receive planned only to tell the producer to free
+	// the transfer's blocks (the request finished before it was
+	// allocated, so it holds no blocks and vLLM no longer tracks it): the
+	// worker sends it but never reports the request finished-receiving
+	// (vLLM 0.32 asserts on an id it already freed), as upstream's
+	// MooncakeConnector.
+	Release bool `json:"release,omitempty"`
 }
 
 // Empty reports whether m carries no work.

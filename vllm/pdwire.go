@@ -89,6 +89,7 @@ type pdConsumer struct {
 	mu     sync.Mutex
 	done   []string
 	failed map[string][]int
+	errs   map[string]error // why each failed transfer failed, until TakeErrors
 }
 
 func (a *pdConsumer) Recv(id, bootstrap, engine string, blocks []int) {
@@ -98,23 +99,48 @@ func (a *pdConsumer) Recv(id, bootstrap, engine string, blocks []int) {
 		if len(blocks) > 0 {
 			a.failed[id] = append([]int(nil), blocks...)
 		}
+		a.noteLocked(id, err)
 		a.mu.Unlock()
 	}
 }
 
+func (a *pdConsumer) noteLocked(id string, err error) {
+	if a.errs == nil {
+		a.errs = map[string]error{}
+	}
+	a.errs[id] = err
+}
+
 func (a *pdConsumer) Finished() ([]string, map[string][]int) {
-	done, failed := a.c.Finished()
+	res := a.c.FinishedResults()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	done = append(done, a.done...)
-	if failed == nil {
-		failed = map[string][]int{}
+	failed := map[string][]int{}
+	var done []string
+	for _, r := range res {
+		done = append(done, r.TransferID)
+		if r.Err != nil {
+			failed[r.TransferID] = r.FailedBlocks
+			a.noteLocked(r.TransferID, r.Err)
+		}
 	}
+	done = append(done, a.done...)
 	for k, v := range a.failed {
 		failed[k] = v
 	}
 	a.done, a.failed = nil, map[string][]int{}
 	return done, failed
+}
+
+// TakeErrors returns why the transfers reported failed by Finished since
+// the previous call failed, by transfer id (the optional errorTaker of
+// Worker.GetFinished).
+func (a *pdConsumer) TakeErrors() map[string]error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.errs
+	a.errs = nil
+	return e
 }
 
 func (a *pdConsumer) Close() error { return a.c.Close() }

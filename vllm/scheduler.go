@@ -313,6 +313,7 @@ func (sc *Scheduler) RequestFinished(a FinishArgs) (FinishResult, error) {
 	defer sc.mu.Unlock()
 	if p := a.Params; p != nil && p.DoRemotePrefill && sc.s.KVRole != KVProducer {
 		if r, err := sc.recvLocked(a.ReqID, p); err == nil {
+			r.Release = true
 			sc.meta.Recvs = append(sc.meta.Recvs, r)
 		}
 		return FinishResult{}, nil

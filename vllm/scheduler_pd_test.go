@@ -89,7 +89,7 @@ func TestSchedulerPDConsumer(t *testing.T) {
 			t.Errorf("RequestFinished = %+v, %v; want no hold", fin, err)
 		}
 		m := buildMeta(t, sc)
-		want := []Recv{{ReqID: "r", TransferID: "xfer-1", BootstrapAddr: "http://10.0.0.5:8998", EngineID: "prefill-0"}}
+		want := []Recv{{ReqID: "r", TransferID: "xfer-1", BootstrapAddr: "http://10.0.0.5:8998", EngineID: "prefill-0", Release: true}}
 		if !metaEqual(m, Meta{Recvs: want}) {
 			t.Errorf("meta = %+v, want recvs %+v", m, want)
 		}

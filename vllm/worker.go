@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/connectors/runtime"
@@ -34,6 +35,51 @@ type Region struct {
 type Stats struct {
 	SavedBlocks, LoadedBlocks, FailedBlocks uint64
 	SavedBytes, LoadedBytes                 uint64
+	// LoadBusy and SaveBusy are the wall time during which at least one
+	// pool load (save) of this worker was in flight: overlapping jobs
+	// count once, so LoadedBytes/LoadBusy is the connector's load
+	// throughput (json: nanoseconds).
+	LoadBusy, SaveBusy time.Duration
+}
+
+// busy measures the wall time during which at least one job of a kind
+// runs; guarded by Worker.mu.
+type busy struct {
+	active int
+	since  time.Time
+	total  time.Duration
+}
+
+// busyStart marks a job of b's kind started; the returned func marks it
+// ended. Safe for concurrent jobs.
+func (w *Worker) busyStart(b *busy) func() {
+	w.mu.Lock()
+	if b.active == 0 {
+		b.since = time.Now()
+	}
+	b.active++
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		b.active--
+		if b.active == 0 {
+			b.total += time.Since(b.since)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// takeBusyLocked returns b's total so far, counting a running job up to
+// now, and restarts the count.
+func takeBusyLocked(b *busy) time.Duration {
+	t := b.total
+	b.total = 0
+	if b.active > 0 {
+		now := time.Now()
+		t += now.Sub(b.since)
+		b.since = now
+	}
+	return t
 }
 
 // Finished is get_finished's answer plus the failed blocks
@@ -42,6 +88,15 @@ type Finished struct {
 	Sending      []string `json:"sending"`
 	Recving      []string `json:"recving"`
 	FailedBlocks []int    `json:"failed_blocks"`
+	// Errors say why P/D receives in Recving failed, one line each
+	// ("request R (transfer T): reason"), for the engine's log.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// errorTaker is what a Consumer may add: why its failed transfers failed,
+// by transfer id, since the previous call.
+type errorTaker interface {
+	TakeErrors() map[string]error
 }
 
 // Pool is what a store-mode worker needs of the pool: core/store/client's
@@ -104,6 +159,8 @@ type Worker struct {
 	sendReq, recvReq map[string]string
 	closed           bool
 	stats            Stats
+	loadBusy         busy
+	saveBusy         busy
 }
 
 // NewWorker makes the worker half; nothing is opened until
@@ -295,6 +352,7 @@ type loader struct{ w *Worker }
 // a block (a layout mismatch) fails that block.
 func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error {
 	w := l.w
+	defer w.busyStart(&w.loadBusy)()
 	if w.s.Layerwise {
 		return w.loadLayers(ctx, keys, blockIDs)
 	}
@@ -384,6 +442,7 @@ type saver struct{ w *Worker }
 // rank holds the same bytes.
 func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error {
 	w := s.w
+	defer w.busyStart(&w.saveBusy)()
 	errs := make([]error, len(keys))
 	if w.s.UseMLA && w.s.TPRank != 0 {
 		return errs
@@ -455,7 +514,9 @@ func (w *Worker) StartLoad(ctx context.Context, data []byte) error {
 		w.sendReq[d.TransferID] = d.ReqID
 	}
 	for _, r := range m.Recvs {
-		w.recvReq[r.TransferID] = r.ReqID
+		if !r.Release { // a release is never reported (see Recv.Release)
+			w.recvReq[r.TransferID] = r.ReqID
+		}
 	}
 	w.mu.Unlock()
 
@@ -565,6 +626,10 @@ func (w *Worker) GetFinished() (Finished, error) {
 	}
 	if cons != nil {
 		done, failed := cons.Finished()
+		var errs map[string]error
+		if et, ok := cons.(errorTaker); ok {
+			errs = et.TakeErrors()
+		}
 		for _, t := range done {
 			w.mu.Lock()
 			id, ok := w.recvReq[t]
@@ -572,6 +637,9 @@ func (w *Worker) GetFinished() (Finished, error) {
 			w.mu.Unlock()
 			if ok {
 				f.Recving = append(f.Recving, id)
+			}
+			if e := errs[t]; e != nil {
+				f.Errors = append(f.Errors, fmt.Sprintf("request %s (transfer %s): %v", id, t, e))
 			}
 			if bs := failed[t]; len(bs) > 0 {
 				f.FailedBlocks = append(f.FailedBlocks, bs...)
@@ -590,6 +658,7 @@ func (w *Worker) TakeStats() Stats {
 	defer w.mu.Unlock()
 	s := w.stats
 	w.stats = Stats{}
+	s.LoadBusy, s.SaveBusy = takeBusyLocked(&w.loadBusy), takeBusyLocked(&w.saveBusy)
 	return s
 }
 

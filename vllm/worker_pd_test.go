@@ -4,6 +4,10 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // pdWorker is a registered pd-mode worker of role over a KV cache filled
@@ -87,6 +91,24 @@ func TestWorkerPD(t *testing.T) {
 			t.Errorf("consumer finished %+v, want block 2 failed", f)
 		}
 	})
+	t.Run("release only frees the producer", func(t *testing.T) {
+		// The decode request finished before it was allocated: the
+		// consumer tells the producer (which then frees req-r's blocks)
+		// but never reports req-rel, which vLLM no longer tracks.
+		if err := prod.StartLoad(ctx, metaJSON(t, Meta{Sends: []Send{{ReqID: "req-r", TransferID: "xfer-r", BlockIDs: []int{4, 5}}}})); err != nil {
+			t.Fatal(err)
+		}
+		if err := cons.StartLoad(ctx, metaJSON(t, Meta{Recvs: []Recv{{ReqID: "req-rel", TransferID: "xfer-r", BootstrapAddr: boot, EngineID: "prefill-0", Release: true}}})); err != nil {
+			t.Fatal(err)
+		}
+		collect(t, prod, sendingHas("req-r"))
+		pc := cons.cons.(*pdConsumer).c
+		require.Eventually(t, func() bool { return pc.Pending() == 0 }, testTimeout, time.Millisecond, "the release never ended")
+		f, err := cons.GetFinished()
+		require.NoError(t, err)
+		assert.NotContains(t, f.Recving, "req-rel")
+		assert.Empty(t, f.FailedBlocks)
+	})
 	t.Run("refused recv", func(t *testing.T) {
 		// An empty transfer id is refused at once and reported finished,
 		// every block failed.
@@ -123,6 +145,9 @@ func TestWorkerPDUnknownTransfer(t *testing.T) {
 	if !slices.Equal(f.FailedBlocks, []int{5, 6}) {
 		t.Errorf("consumer finished %+v, want blocks 5 and 6 failed", f)
 	}
+	require.Len(t, f.Errors, 1, "the failure's reason, for the engine's log")
+	assert.Contains(t, f.Errors[0], "request req-u (transfer never-ready)")
+	assert.Contains(t, f.Errors[0], "timed out")
 	if st := cons.TakeStats(); st.FailedBlocks != 2 {
 		t.Errorf("stats = %+v, want 2 failed", st)
 	}

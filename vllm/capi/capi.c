@@ -48,6 +48,8 @@ int mc_vllm_build_meta(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm
 
 int mc_vllm_pool_error(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_pool_error(handle_of(c), out); }
 
+int mc_vllm_take_stats_json(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_take_stats_json(handle_of(c), out); }
+
 int mc_vllm_reset(mc_vllm_connector_t* c, int64_t* out_removed) {
   return mcgo_vllm_reset(handle_of(c), out_removed);
 }

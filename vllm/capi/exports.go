@@ -260,6 +260,30 @@ func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 	return cbridge.Succeed()
 }
 
+//export mcgo_vllm_take_stats_json
+func mcgo_vllm_take_stats_json(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_take_stats_json"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, cbridge.Null("out"))
+	}
+	s := c.worker.TakeStats()
+	b, err := json.Marshal(map[string]uint64{
+		"saved_blocks": s.SavedBlocks, "loaded_blocks": s.LoadedBlocks, "failed_blocks": s.FailedBlocks,
+		"saved_bytes": s.SavedBytes, "loaded_bytes": s.LoadedBytes,
+		"load_busy_ns": uint64(s.LoadBusy.Nanoseconds()), "save_busy_ns": uint64(s.SaveBusy.Nanoseconds()),
+	})
+	if err != nil {
+		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return cbridge.Succeed()
+}
+
 //export mcgo_vllm_pool_error
 func mcgo_vllm_pool_error(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 	defer cbridge.Recover(&rc)

@@ -147,6 +147,13 @@ func (c *Consumer) finish(id string, blocks []int, err error) {
 	c.mu.Unlock()
 }
 
+// Pending returns how many Recvs were started and have not ended yet.
+func (c *Consumer) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.pending)
+}
+
 // FinishedResults returns the Recvs that ended since the last call (of
 // this or Finished), each once, in the order they ended.
 func (c *Consumer) FinishedResults() []Result {

@@ -177,6 +177,15 @@ int mc_vllm_get_finished(mc_vllm_connector_t* c, mc_buf_t* out);
  * and resets them. */
 int mc_vllm_take_stats(mc_vllm_connector_t* c, mc_vllm_stats_t* out);
 
+/* mc_vllm_take_stats_json (since 1.1) is mc_vllm_take_stats as a JSON
+ * object in *out (free it with mc_buf_free), with two more counters:
+ * {"saved_blocks", "loaded_blocks", "failed_blocks", "saved_bytes",
+ * "loaded_bytes", "load_busy_ns", "save_busy_ns"}; the busy times are the
+ * wall time (ns) during which at least one pool load (save) of the worker
+ * was in flight, so loaded_bytes / load_busy_ns is its load throughput.
+ * Both calls take (reset) the same counters. Worker side only. */
+int mc_vllm_take_stats_json(mc_vllm_connector_t* c, mc_buf_t* out);
+
 /* mc_vllm_pool_error (since 1.1), either role: *out receives the message
  * of the error that left a store-mode connector without its pool
  * ("mc_pool_required": false in kv_connector_extra_config, so creation or

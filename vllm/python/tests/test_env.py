@@ -15,13 +15,13 @@ import sys
 
 import pytest
 
-from conftest import child_env, pool  # noqa: F401  (pool is a fixture)
+from conftest import child_env
 
 PEER = __file__.replace("test_env.py", "env_peer.py")
 
 
 @pytest.mark.parametrize("order", ["title-first", "load-first", "set-after-load"])
-def test_config_path_survives_setproctitle(pool, tmp_path, order):  # noqa: F811
+def test_config_path_survives_setproctitle(pool, tmp_path, order):
     cfg = tmp_path / "mooncake.json"
     cfg.write_text(json.dumps({"metadata_server": pool.url, "master_server_address": pool.rpc, "protocol": "tcp"}))
     env = child_env()

@@ -206,7 +206,7 @@ class Engine:
         self.loading.pop(req.request_id, None)
         self.log.append(("finished", req.request_id, req.status.name, hold))
         self.ready.discard(req.request_id)
-        if hold or loading:  # vLLM frees a loading request's blocks once its load is reported
+        if hold or loading:  # held: freed once reported finished-sending or finished-receiving
             self.held[req.request_id] = blocks
         else:
             self.free.extend(blocks)
@@ -412,7 +412,14 @@ class Engine:
             req = next((r for r in self.running if r.request_id == rid), None)
             if req is not None:
                 self._check_loaded(req, first, min(n, req.num_computed_tokens - first))
+        # vLLM's _update_from_kv_xfer_finished: the scheduler connector sees
+        # the step's finished transfers first, then the blocks are freed.
+        self.sched.update_connector_output(types.SimpleNamespace(
+            finished_sending=set(fin_send), finished_recving=set(fin_recv), invalid_block_ids=set(failed)))
         for rid in fin_recv:
+            # vLLM 0.32 asserts the request still exists: a finished request
+            # must have been held (request_finished -> True) to be reported.
+            assert not (rid in self.done and rid not in self.held), f"finished-receiving for {rid}, which vLLM already freed"
             if rid in self.held and rid in self.done:  # aborted while loading
                 self.free.extend(self.held.pop(rid))
                 self.log.append(("recv-after-finish", rid))
@@ -420,6 +427,7 @@ class Engine:
             self.ready.add(rid)
             self.log.append(("recv", rid))
         for rid in fin_send:
+            assert rid in self.held, f"finished-sending for {rid}, which is not held"
             blocks = self.held.pop(rid)
             self.free.extend(blocks)
             self.log.append(("sent", rid))

@@ -57,6 +57,7 @@ _PROTOS = {
     "mc_vllm_get_finished": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_take_stats": (ctypes.c_int, [_H, ctypes.POINTER(Stats)]),
     "mc_vllm_pool_error": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
+    "mc_vllm_take_stats_json": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
 }
 
 
@@ -183,9 +184,12 @@ class Connector:
         return self._take(buf).decode("utf-8", "replace")
 
     def take_stats(self):
-        s = Stats()
-        self._check(self._lib.mc_vllm_take_stats(self._h, ctypes.byref(s)))
-        return {f: getattr(s, f) for f, _ in Stats._fields_}
+        """The worker's counters since the previous call, as a dict:
+        saved/loaded/failed blocks, saved/loaded bytes, and load/save busy
+        time in ns (mc_vllm_take_stats_json)."""
+        buf = Buf()
+        self._check(self._lib.mc_vllm_take_stats_json(self._h, ctypes.byref(buf)))
+        return json.loads(self._take(buf) or b"{}")
 
 
 __all__ = ["Connector", "MooncakeError", "ROLE_SCHEDULER", "ROLE_WORKER", "b64"]

@@ -378,8 +378,13 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._b64 = {}
         self._planned = {}
         # Requests whose blocks request_finished held (hold=True) until the
-        # workers report them finished-sending.
+        # workers report them finished-sending (or finished-receiving);
+        # requests with an asynchronous load or P/D receive planned and not
+        # yet finished-receiving; lookups answered asynchronous, until
+        # update_state_after_alloc.
         self._held = set()
+        self._loading = set()
+        self._async_hits = set()
         # Worker side: failed block ids not yet reported.
         self._failed = set()
 
@@ -404,7 +409,12 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             "num_computed_tokens": int(num_computed_tokens),
             "params": _params(request),
         })
-        return n, (is_async and n > 0)
+        is_async = bool(is_async and n > 0)
+        if is_async:
+            self._async_hits.add(request.request_id)
+        else:
+            self._async_hits.discard(request.request_id)
+        return n, is_async
 
     @_safe(None)
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -414,15 +424,19 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         if blocks is not None and hasattr(blocks, "get_unhashed_block_ids"):
             unhashed = list(blocks.get_unhashed_block_ids())
         params = _params(request)
+        rid = request.request_id
         try:
             self._c.update_after_alloc({
-                "req_id": request.request_id,
+                "req_id": rid,
                 "block_ids": ids,
                 "unhashed_block_ids": unhashed,
                 "num_external_tokens": int(num_external_tokens),
                 "params": params,
             })
+            if rid in self._async_hits and int(num_external_tokens) > 0:
+                self._loading.add(rid)  # the workers report it in finished-receiving
         finally:
+            self._async_hits.discard(rid)
             if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
                 params["do_remote_prefill"] = False  # the receive is planned once, even if planning failed
 
@@ -477,11 +491,15 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             logger.warning("mooncake_go: planning saves of request %s: %s", rid, e)
 
     def update_connector_output(self, connector_output):
-        """Forgets held requests the workers finished sending (vLLM frees
-        their blocks now)."""
-        done = getattr(connector_output, "finished_sending", None)
-        if done and self._held:
-            self._held.difference_update(done)
+        """Forgets held requests the workers finished sending, and loads
+        the workers finished receiving (vLLM frees a finished request's
+        blocks on either)."""
+        for attr in ("finished_sending", "finished_recving"):
+            done = getattr(connector_output, attr, None)
+            if done:
+                self._held.difference_update(done)
+                if attr == "finished_recving":
+                    self._loading.difference_update(done)
 
     def has_pending_push_work(self):
         """True while a finished request's blocks are held for a transfer
@@ -495,12 +513,21 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         rid = request.request_id
         for state in (self._reqs, self._blocks, self._b64, self._planned):
             state.pop(rid, None)
+        self._async_hits.discard(rid)
         hold, params = self._c.request_finished({
             "req_id": rid,
             "block_ids": list(block_ids),
             "length_capped": _status_name(request) == FINISHED_LENGTH_CAPPED,
             "params": _params(request),
         })
+        if rid in self._loading:
+            # Finished (aborted, or failed by vLLM's kv_load_failure_policy)
+            # while its asynchronous load or P/D receive may still write
+            # into its blocks: vLLM must keep them until the workers list
+            # the request in finished-receiving, which frees them. Not
+            # holding would free blocks still being written, and vLLM
+            # asserts on a finished-receiving id it no longer knows.
+            hold = True
         if hold:
             self._held.add(rid)
         return hold, params
@@ -583,6 +610,8 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         out, err = self._c.get_finished()
         if err is not None:
             logger.error("mooncake_go: get_finished: %s", err)
+        for e in out.get("errors") or ():
+            logger.warning("mooncake_go: KV receive failed (its blocks are reported to vLLM): %s", e)
         with self._lock:
             self._failed.update(out.get("failed_blocks") or ())
         sending = set(out.get("sending") or ())

@@ -32,10 +32,11 @@ except ImportError:  # vLLM absent: the same surface, for tests and tools
             self.per_engine_labelvalues = per_engine_labelvalues
 
 
-# The counters, in mc_vllm_stats_t order; all are sums over workers and
+# The counters of mc_vllm_take_stats_json; all are sums over workers and
 # steps. Bytes are the KV bytes that reached the pool (saves) or the KV
-# cache (loads); failed blocks count failed saves, loads and P/D receives.
-COUNTERS = ("saved_blocks", "loaded_blocks", "failed_blocks", "saved_bytes", "loaded_bytes")
+# cache (loads); failed blocks count failed saves, loads and P/D receives;
+# busy times are the ns during which a worker had a load (save) in flight.
+COUNTERS = ("saved_blocks", "loaded_blocks", "failed_blocks", "saved_bytes", "loaded_bytes", "load_busy_ns", "save_busy_ns")
 
 # Prometheus counter names and help texts (vllm: prefix, as vLLM's own
 # connectors; prometheus_client adds _total).
@@ -45,6 +46,8 @@ _PROM = {
     "failed_blocks": ("vllm:mooncake_go_failed_blocks", "KV blocks whose save, load or P/D receive failed."),
     "saved_bytes": ("vllm:mooncake_go_saved_bytes", "KV bytes MooncakeGoConnector saved to the pool."),
     "loaded_bytes": ("vllm:mooncake_go_loaded_bytes", "KV bytes MooncakeGoConnector loaded from the pool."),
+    "load_busy_ns": ("vllm:mooncake_go_load_busy_ns", "Nanoseconds a worker had a pool load in flight (loaded_bytes / this = load throughput)."),
+    "save_busy_ns": ("vllm:mooncake_go_save_busy_ns", "Nanoseconds a worker had a pool save in flight (saved_bytes / this = save throughput)."),
 }
 
 
@@ -75,6 +78,8 @@ class MooncakeGoKVConnectorStats(KVConnectorStats):
             "Failed blocks": d["failed_blocks"],
             "Saved MiB": round(d["saved_bytes"] / 2**20, 3),
             "Loaded MiB": round(d["loaded_bytes"] / 2**20, 3),
+            "Save GB/s": round(d["saved_bytes"] / d["save_busy_ns"], 3) if d["save_busy_ns"] else 0,
+            "Load GB/s": round(d["loaded_bytes"] / d["load_busy_ns"], 3) if d["load_busy_ns"] else 0,
         }
 
     def is_empty(self):

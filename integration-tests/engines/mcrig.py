@@ -1,0 +1,275 @@
+"""mcrig: what every real-engine test shares (vLLM now; SGLang, LMCache and
+NIXL later).
+
+The tests run inside the engine's cached virtual environment (venv.sh)
+and start real processes: `mooncake master` and `mooncake node` on free
+127.0.0.1 ports (Pool), engine processes (Proc), and locally generated
+tiny models with random weights (tiny_llama; no downloads). Every wait is
+bounded by a deadline and a failure shows the tail of the process's log.
+
+Paths come from the environment the make target sets, with the
+repository's build outputs as defaults: MC_MOONCAKE_BIN (bin/mooncake),
+MOONCAKE_GO_LIB (build/libmooncake.so), MC_MODEL_CACHE
+(~/.cache/mooncake-go/models).
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ENGINES = REPO / "integration-tests" / "engines"
+
+# Source folders of the Python packages the engines import: mooncake_go
+# (abi/python) and each adapter's mooncake_go.<engine> (<engine>/python).
+PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python"]
+
+
+def mooncake_bin():
+    return os.environ.get("MC_MOONCAKE_BIN") or str(REPO / "bin" / "mooncake")
+
+
+def lib_path():
+    return os.environ.get("MOONCAKE_GO_LIB") or str(REPO / "build" / "libmooncake.so")
+
+
+def child_env(extra=None, drop=()):
+    """The environment of an engine process: mooncake_go importable from
+    the source tree, the library pinned, PYTHONHASHSEED fixed (instances
+    only share blocks when they hash alike), plus extra; names in drop and
+    names whose value in extra is None are removed."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in PYTHON_DIRS] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["MOONCAKE_GO_LIB"] = lib_path()
+    env.setdefault("PYTHONHASHSEED", "0")
+    env.update(extra or {})
+    for k in drop:
+        env.pop(k, None)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for servers that cannot bind 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, timeout, what, tail=None, interval=0.1):
+    """Polls pred() until it returns a true value (returned) or timeout
+    seconds pass; then raises AssertionError naming what, with tail() (a
+    log excerpt) when given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f"\n--- log tail ---\n{tail()}" if tail else ""))
+        time.sleep(interval)
+
+
+class Proc:
+    """A child process whose stdout and stderr go to log (a path); lines
+    are also kept for wait_line. stop() ends it (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, args, log, env=None, stdin=None, cwd=None, name=None):
+        self.args, self.log, self.name = list(args), pathlib.Path(log), name or pathlib.Path(args[0]).name
+        self._lines = queue.Queue()
+        self._seen = []
+        self._out = open(self.log, "wb")
+        self.p = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+            env=env, cwd=cwd, start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self):
+        for raw in iter(self.p.stdout.readline, b""):
+            self._out.write(raw)
+            self._out.flush()
+            self._lines.put(raw.decode("utf-8", "replace").rstrip("\n"))
+        self._out.close()
+        self._lines.put(None)
+
+    def tail(self, n=60):
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except OSError as e:
+            return f"({self.log}: {e})"
+        return "\n".join(lines[-n:])
+
+    def wait_line(self, pattern, timeout):
+        """Returns the re.Match of the first new output line matching
+        pattern; AssertionError with the log tail if the process exits or
+        timeout seconds pass first."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{self.name}: no line matching {pattern!r} within {timeout:.0f} s\n--- {self.log} ---\n{self.tail()}")
+            try:
+                line = self._lines.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if line is None:
+                self.p.wait()
+                raise AssertionError(f"{self.name} exited with {self.p.returncode} before printing {pattern!r}\n--- {self.log} ---\n{self.tail()}")
+            self._seen.append(line)
+            m = rx.search(line)
+            if m:
+                return m
+
+    def wait(self, timeout):
+        """Waits for the process to exit; returns its status, or raises
+        AssertionError with the log tail after timeout seconds (the process
+        is killed then)."""
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"{self.name} still running after {timeout:.0f} s (killed)\n--- {self.log} ---\n{self.tail()}") from None
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def stop(self, grace=20):
+        """SIGTERM to the process group, SIGKILL after grace seconds."""
+        if self.p.poll() is None:
+            try:
+                os.killpg(self.p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.p.wait(grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.p.wait()
+        self._reader.join(5)
+        return self.p.returncode
+
+
+class Pool:
+    """`mooncake master` (gRPC, metrics off, embedded HTTP metadata server)
+    and storage nodes on free 127.0.0.1 ports, for one test module.
+
+    master: "127.0.0.1:PORT"; metadata: "http://127.0.0.1:PORT/metadata".
+    Extra master flags go in master_args (e.g. a short lease). Node names
+    get the test process's pid appended: segment names are unique per
+    host (the shm transport's socket is named after them), and another
+    pool may run on this machine."""
+
+    def __init__(self, workdir, nodes=(("node1", "512MiB"),), master_args=()):
+        self.workdir = pathlib.Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.procs = []
+        bin = mooncake_bin()
+        m = Proc(
+            [bin, "master", "--rpc_address", "127.0.0.1", "--rpc_port", "0", "--metrics_port", "0",
+             "--http_metadata_server_host", "127.0.0.1", "--http_metadata_server_port", "0", *master_args],
+            self.workdir / "master.log", name="mooncake master",
+        )
+        self.procs.append(m)
+        got = m.wait_line(r"mooncake master: rpc (\S+), metadata (\S+)", 60)
+        self.master, self.metadata = got.group(1).rstrip(","), got.group(2)
+        for name, size in nodes:
+            self.add_node(name, size)
+
+    def add_node(self, name, size):
+        name = f"{name}-{os.getpid()}"
+        n = Proc(
+            [mooncake_bin(), "node", "--master", self.master, "--metadata_server", self.metadata,
+             "--segment_size", size, "--bind", "127.0.0.1:0", "--local_hostname", name],
+            self.workdir / f"{name}.log", name=f"mooncake node {name}",
+        )
+        self.procs.append(n)
+        n.wait_line(r"contributes", 60)
+        return n
+
+    def ctl(self, *args, timeout=60):
+        """Runs `mooncake ctl --master M ARGS...`; returns stdout; raises
+        AssertionError with its output on a non-zero exit."""
+        r = subprocess.run([mooncake_bin(), "ctl", "--master", self.master, *args], capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise AssertionError(f"mooncake ctl {' '.join(args)}: exit {r.returncode}: {r.stdout}{r.stderr}")
+        return r.stdout
+
+    def keys(self, prefix=""):
+        """{key: size in bytes} of the complete objects whose key starts
+        with prefix."""
+        out = {}
+        for line in self.ctl("keys").splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 3 and f[0].startswith(prefix) and f[2] == "complete":
+                out[f[0]] = int(f[1])
+        return out
+
+    def tails(self):
+        return "\n".join(f"--- {p.log} ---\n{p.tail(20)}" for p in self.procs)
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.stop()
+
+
+# A tiny Llama: 4 layers, 2 KV heads of 64 (bfloat16), 4096-token vocab:
+# fast enough that a vLLM process on 2 cores generates in under a second.
+TINY_LLAMA = dict(
+    hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=4096, max_position_embeddings=4096,
+)
+
+_MODEL_WRITER = r"""
+import json, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+cfg, seed, out = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.manual_seed(seed)
+model = LlamaForCausalLM(LlamaConfig(**cfg)).to(torch.bfloat16)
+model.config.torch_dtype = "bfloat16"
+model.save_pretrained(out)
+"""
+
+
+def tiny_llama(python, config=None, seed=0, timeout=600):
+    """The path of a Llama with random weights (seed) and config (default
+    TINY_LLAMA), written once with transformers by the engine venv's python
+    into MC_MODEL_CACHE (~/.cache/mooncake-go/models)/<hash> and reused:
+    the same config and seed give the same weights, hence the same greedy
+    tokens in every run."""
+    config = dict(config or TINY_LLAMA)
+    key = hashlib.sha256(json.dumps([config, seed], sort_keys=True).encode()).hexdigest()[:12]
+    root = pathlib.Path(os.environ.get("MC_MODEL_CACHE") or pathlib.Path.home() / ".cache" / "mooncake-go" / "models")
+    path = root / f"llama-{config['num_hidden_layers']}l-{config['hidden_size']}h-{key}"
+    if (path / ".complete").exists():
+        return str(path)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    r = subprocess.run([python, "-c", _MODEL_WRITER, json.dumps(config), str(seed), str(tmp)], capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise AssertionError(f"writing the random model failed ({r.returncode}):\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
+    (tmp / ".complete").touch()
+    try:
+        tmp.rename(path)
+    except OSError:  # another run made it meanwhile
+        if not (path / ".complete").exists():
+            raise
+    return str(path)
+
+
+__all__ = ["REPO", "ENGINES", "Pool", "Proc", "child_env", "free_port", "lib_path", "mooncake_bin", "tiny_llama", "wait_until", "TINY_LLAMA"]
+if __name__ == "__main__":  # python mcrig.py: print the paths it would use
+    print(json.dumps({"repo": str(REPO), "bin": mooncake_bin(), "lib": lib_path(), "python": sys.executable}))
