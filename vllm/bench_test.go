@@ -156,6 +156,9 @@ func (r *benchRig) iterate(tb testing.TB, i int) benchTimes {
 		conn()
 	}
 	st := r.w.TakeStats()
+	require.Positive(tb, st.SaveBusy)
+	require.Positive(tb, st.LoadBusy)
+	st.SaveBusy, st.LoadBusy = 0, 0
 	require.Equal(tb, Stats{SavedBlocks: benchBlocks, LoadedBlocks: benchBlocks, SavedBytes: uint64(r.bytes), LoadedBytes: uint64(r.bytes)}, st)
 	for j, err := range r.c.BatchRemove(ctx, append(ns.Keys(hs), rawKeys...), true) {
 		require.NoError(tb, err, "remove %d", j)

@@ -24,6 +24,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store/client"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
@@ -197,10 +198,13 @@ func newStore(a setupArgs) (s *storeClient, err error) {
 	s.name = name
 	cfg := tcp.Config{BindAddr: net.JoinHostPort(bindHost, strconv.Itoa(port)), Host: publish}
 	s.c, err = client.New(ctx, client.Config{
-		LocalHostname:     name,
-		MasterAddr:        a.MasterAddr,
-		Metadata:          cbridge.MetaStore{Inner: meta},
-		Transport:         tcp.New(cfg),
+		LocalHostname: name,
+		MasterAddr:    a.MasterAddr,
+		Metadata:      cbridge.MetaStore{Inner: meta},
+		Transport:     tcp.New(cfg),
+		// Same-host peers (a mooncake node, another client's segment) over
+		// shared memory, the rest over tcp, as connectors/poolclient.
+		Local:             shm.New(shm.Config{}),
 		GlobalSegmentSize: a.GlobalSegmentSize,
 		LocalBufferSize:   a.LocalBufferSize,
 	})

@@ -172,3 +172,35 @@ func TestMapFDTakesOwnershipOnError(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPrefaultSharedKeepsBytes(t *testing.T) {
+	a, err := MapShared(3*PrefaultChunk/2, "prefault-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.Bytes()[0], a.Bytes()[a.Len()-1] = 7, 9
+	fd, err := a.DupFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := MapFD(fd, a.Len())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prefault(); err != nil {
+		if errors.Is(err, ErrPrefaultUnsupported) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	if got := b.Bytes(); got[0] != 7 || got[len(got)-1] != 9 || got[len(got)/2] != 0 {
+		t.Fatalf("prefault changed the bytes: first %d, last %d, middle %d", got[0], got[len(got)-1], got[len(got)/2])
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prefault(); err != nil {
+		t.Fatalf("prefault after close: %v, want nil (nothing to do)", err)
+	}
+}

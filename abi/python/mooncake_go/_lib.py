@@ -71,6 +71,42 @@ def load():
         return _load_locked()
 
 
+class _unpinned:
+    """Widens the calling thread's CPU affinity to every CPU the process may
+    use while the library loads, then restores it.
+
+    The Go runtime starts in a thread cloned from the loading one and sizes
+    itself (GOMAXPROCS) from that thread's affinity; its threads inherit
+    it. Engines pin their main thread to one core (vLLM's CPU worker binds
+    it to the first core of VLLM_CPU_OMP_THREADS_BIND, where it busy-polls
+    its work queue), which would confine every transfer thread to that
+    core: loads and saves then ran at a fifth of their speed. Set
+    MC_KEEP_AFFINITY=1 to load with the caller's affinity unchanged."""
+
+    def __enter__(self):
+        self.saved = None
+        if os.environ.get("MC_KEEP_AFFINITY") or not hasattr(os, "sched_setaffinity"):
+            return self
+        try:
+            self.saved = os.sched_getaffinity(0)
+            want = set(range(os.cpu_count() or 1))
+            if want != self.saved:
+                os.sched_setaffinity(0, want)  # the kernel keeps it within the cgroup's cpuset
+            else:
+                self.saved = None
+        except OSError:
+            self.saved = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            try:
+                os.sched_setaffinity(0, self.saved)
+            except OSError:
+                pass
+        return False
+
+
 def _load_locked():
     global _lib, _path, _failed
     if _lib is not None:
@@ -82,17 +118,18 @@ def _load_locked():
         tried.append(path)
         if not os.path.exists(path):
             continue
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            raise LibraryLoadError(f"cannot load {path}: {e}", tried, path) from e
-        try:
-            version = lib.mc_abi_version
-        except AttributeError:
-            _failed = LibraryLoadError(f"{path} is not libmooncake.so of mooncake-go: it has no mc_abi_version", tried, path)
-            raise _failed from None
-        version.restype, version.argtypes = ctypes.c_uint32, []
-        v = version()
+        with _unpinned():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise LibraryLoadError(f"cannot load {path}: {e}", tried, path) from e
+            try:
+                version = lib.mc_abi_version
+            except AttributeError:
+                _failed = LibraryLoadError(f"{path} is not libmooncake.so of mooncake-go: it has no mc_abi_version", tried, path)
+                raise _failed from None
+            version.restype, version.argtypes = ctypes.c_uint32, []
+            v = version()  # waits for the Go runtime's start-up
         if v >> 16 != ABI_MAJOR:
             _failed = LibraryLoadError(
                 f"{path} has C ABI version {v >> 16}.{v & 0xFFFF}; this mooncake_go package needs {ABI_MAJOR}.x "

@@ -283,6 +283,10 @@ func (p *peer) fetch(ctx context.Context, addr, n uint64) error {
 	if err != nil {
 		return fmt.Errorf("shm: segment %q: map buffer [%#x,+%d): %w", p.seg, resp.base, resp.size, err)
 	}
+	// Fault the whole buffer in behind the first transfers: a page fault
+	// per 4 KiB on first touch held copies of a fresh mapping to a few
+	// GB/s. Best effort; it ends when the mapping is closed.
+	go func() { _ = r.Prefault() }()
 	return p.insert(mapping{base: resp.base, size: resp.size, buf: r.Bytes(), region: r})
 }
 
