@@ -159,19 +159,10 @@ func (p *peer) goneErr() error {
 func (p *peer) copy(op transfer.Opcode, local []byte, remoteAddr uint64) (found bool, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.mu.closed {
-		return true, fmt.Errorf("%w: shm peer of segment %q", transfer.ErrClosed, p.seg)
+	remote, found, err := p.remoteLocked(op, uint64(len(local)), remoteAddr)
+	if remote == nil {
+		return found, err
 	}
-	m := p.findLocked(remoteAddr)
-	if m == nil {
-		return false, nil
-	}
-	n := uint64(len(local))
-	off := remoteAddr - m.base
-	if n > m.size-off { // off < m.size by findLocked
-		return true, fmt.Errorf("%w: shm: %s of %d bytes at %#x leaves buffer [%#x,+%d) of segment %q", transfer.ErrRejected, op, n, remoteAddr, m.base, m.size, p.seg)
-	}
-	remote := m.buf[off : off+n]
 	if op == transfer.Write {
 		memory.Copy(remote, local)
 	} else {
@@ -185,24 +176,35 @@ func (p *peer) copy(op transfer.Opcode, local []byte, remoteAddr uint64) (found 
 func (p *peer) copyV(op transfer.Opcode, local [][]byte, n, remoteAddr uint64) (found bool, err error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if p.mu.closed {
-		return true, fmt.Errorf("%w: shm peer of segment %q", transfer.ErrClosed, p.seg)
+	remote, found, err := p.remoteLocked(op, n, remoteAddr)
+	if remote == nil {
+		return found, err
 	}
-	m := p.findLocked(remoteAddr)
-	if m == nil {
-		return false, nil
-	}
-	off := remoteAddr - m.base
-	if n > m.size-off { // off < m.size by findLocked
-		return true, fmt.Errorf("%w: shm: %s of %d bytes at %#x leaves buffer [%#x,+%d) of segment %q", transfer.ErrRejected, op, n, remoteAddr, m.base, m.size, p.seg)
-	}
-	remote := m.buf[off : off+n]
 	if op == transfer.Write {
 		memory.Gather(remote, local)
 	} else {
 		memory.Scatter(local, remote)
 	}
 	return true, nil
+}
+
+// remoteLocked returns the n mapped bytes at remoteAddr, or nil with found
+// false when no mapping holds remoteAddr, or nil with an error (found
+// true) when the peer is closed or the range leaves its mapping. p.mu must
+// be held (read) for as long as the bytes are used.
+func (p *peer) remoteLocked(op transfer.Opcode, n, remoteAddr uint64) (remote []byte, found bool, err error) {
+	if p.mu.closed {
+		return nil, true, fmt.Errorf("%w: shm peer of segment %q", transfer.ErrClosed, p.seg)
+	}
+	m := p.findLocked(remoteAddr)
+	if m == nil {
+		return nil, false, nil
+	}
+	off := remoteAddr - m.base
+	if n > m.size-off { // off < m.size by findLocked
+		return nil, true, fmt.Errorf("%w: shm: %s of %d bytes at %#x leaves buffer [%#x,+%d) of segment %q", transfer.ErrRejected, op, n, remoteAddr, m.base, m.size, p.seg)
+	}
+	return m.buf[off : off+n], true, nil
 }
 
 // findLocked returns the mapping holding addr, or nil. p.mu must be held.
