@@ -7,6 +7,12 @@
 // and mounts it at the master (a storage node is a client that only does
 // this, and says so with SegmentKind: store.SegmentStandalone).
 //
+// A heartbeat pings the master every PingInterval. When the master asks
+// for a remount (it restarted with an empty table, or this client's TTL
+// passed), the client publishes its transfer descriptors again (the
+// master's embedded metadata server may have lost them) and remounts its
+// segment and disk tier; values it held are lost with the old table.
+//
 // Reads honour leases: a read that finishes after the lease the master
 // granted fails with LEASE_EXPIRED, because the bytes may have been evicted
 // and overwritten under it.
@@ -193,9 +199,11 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 			return nil, err
 		}
 		c.segID = cfg.LocalHostname + "/" + randomID()
-		if err = c.mount(ctx); err != nil {
-			return nil, err
-		}
+	}
+	// Mount the segment, or, for a pure client, register with no
+	// segments: the master asks a client to remount until it has.
+	if err = c.remount(ctx); err != nil {
+		return nil, err
 	}
 	if cfg.StorageRootDir != "" {
 		if err = c.openTier(ctx); err != nil {
@@ -235,19 +243,24 @@ func statusErr(s *pb.Status) error {
 	return &store.Error{Code: store.ErrorCode(s.Code), Msg: s.Message}
 }
 
-func (c *Client) mount(ctx context.Context) error {
+// remount mounts all of the client's segments (none for a pure client) at
+// the master, idempotently (upstream ReMountSegment): a segment the master
+// already has is left as it is. Once it succeeds the master stops asking
+// this client to remount.
+func (c *Client) remount(ctx context.Context) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	st, err := c.rpc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: c.id, Segment: &pb.Segment{
-		Id: c.segID, Name: c.cfg.LocalHostname, Base: c.segment.Addr(), Size: uint64(c.segment.Len()), Protocol: c.cfg.Transport.Protocol(),
-		Kind: pb.SegmentKind(c.cfg.SegmentKind)}})
+	req := &pb.ReMountSegmentRequest{ClientId: c.id}
+	if c.segment != nil {
+		req.Segments = []*pb.Segment{{
+			Id: c.segID, Name: c.cfg.LocalHostname, Base: c.segment.Addr(), Size: uint64(c.segment.Len()), Protocol: c.cfg.Transport.Protocol(),
+			Kind: pb.SegmentKind(c.cfg.SegmentKind)}}
+	}
+	st, err := c.rpc.ReMountSegment(ctx, req)
 	if err != nil {
 		return rpcErr("mount segment", err)
 	}
-	if err := statusErr(st); err != nil && !errors.Is(err, store.ErrSegmentExists) {
-		return err
-	}
-	return nil
+	return statusErr(st)
 }
 
 func (c *Client) ping(ctx context.Context) (bool, error) {
@@ -261,31 +274,47 @@ func (c *Client) ping(ctx context.Context) (bool, error) {
 }
 
 // heartbeat pings every PingInterval and remounts when the master asks
-// (upstream NEED_REMOUNT after a master restart or a missed TTL).
+// (upstream NEED_REMOUNT after a master restart or a missed TTL). A
+// remount that fails is tried again at the next ping: the master keeps
+// asking until one succeeds.
 func (c *Client) heartbeat() {
 	defer close(c.done)
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
+	tierLost := false // the segment was remounted, its disk tier not yet
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
 			need, err := c.ping(context.Background())
-			if err == nil && need {
+			if err != nil {
+				continue
+			}
+			if need {
 				// The master restarted (or dropped us): the embedded HTTP
 				// metadata server may have lost our descriptor too, so
-				// publish it again before remounting (upstream #2246).
-				_ = c.engine.Republish(context.Background())
-				if c.segment != nil {
-					_ = c.mount(context.Background())
+				// publish it again before remounting (upstream #2246),
+				// and remount only once it is published, so that no
+				// writer is sent to a segment it cannot reach.
+				rctx, cancel := c.rpcCtx(context.Background())
+				err := c.engine.Republish(rctx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if c.remount(context.Background()) != nil {
+					continue
 				}
 				if c.disk != nil {
 					// The master forgot our disk replicas with the
 					// segment: the files are orphans.
 					_ = c.disk.Clear()
-					_ = c.mountTier(context.Background(), c.disk.Capacity())
+					tierLost = true
 				}
+			}
+			if tierLost && c.mountTier(context.Background(), c.disk.Capacity()) == nil {
+				tierLost = false
 			}
 		}
 	}

@@ -12,7 +12,9 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"path/filepath"
+	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/store"
@@ -40,13 +42,17 @@ type Options struct {
 	// StorageQuota is each node's disk tier size limit in bytes
 	// (client.Config.StorageQuota).
 	StorageQuota uint64
+	// PingInterval is the nodes' heartbeat period (client.Config
+	// PingInterval); default the client's (1 s).
+	PingInterval time.Duration
 }
 
 // Cluster is a running local pool.
 type Cluster struct {
 	Master *server.Process
 	Nodes  []*client.Client
-	shm    bool // Options.Shm
+	shm    bool          // Options.Shm
+	master master.Config // Options.Master, for RestartMaster
 }
 
 // Start runs a master and the nodes. Errors: INVALID_PARAMS for a zero
@@ -62,7 +68,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Master: p, shm: opts.Shm}
+	c = &Cluster{Master: p, shm: opts.Shm, master: opts.Master}
 	started := c // c is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
@@ -71,7 +77,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	for i := 0; i < opts.Nodes; i++ {
 		ncfg := client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize, StorageQuota: opts.StorageQuota,
-			SegmentKind: store.SegmentStandalone}
+			SegmentKind: store.SegmentStandalone, PingInterval: opts.PingInterval}
 		if opts.StorageRootDir != "" {
 			ncfg.StorageRootDir = filepath.Join(opts.StorageRootDir, ncfg.LocalHostname)
 		}
@@ -105,6 +111,32 @@ func (c *Cluster) NewClient(ctx context.Context, cfg client.Config) (*client.Cli
 		cfg.Local = shm.New(shm.Config{})
 	}
 	return client.New(ctx, cfg)
+}
+
+// RestartMaster stops the master and starts a fresh one on the same gRPC
+// and metadata addresses, as a supervisor restarts a master process: its
+// object table, segments, clients and metadata server are empty. Nodes
+// and clients find it again through their heartbeats (they remount and
+// publish their descriptors again). Errors: a listen error (the cluster
+// then has no master; Close still works).
+func (c *Cluster) RestartMaster() error {
+	rpcAddr := c.Master.RPCAddr
+	var metaAddr string
+	if c.Master.MetadataURL != "" {
+		u, err := url.Parse(c.Master.MetadataURL)
+		if err != nil {
+			return fmt.Errorf("localcluster: restart master: metadata URL: %w", err)
+		}
+		metaAddr = u.Host
+	}
+	c.Master.Close()
+	c.Master = nil
+	p, err := server.Start(server.ProcessConfig{Master: c.master, RPCAddr: rpcAddr, MetadataAddr: metaAddr})
+	if err != nil {
+		return fmt.Errorf("localcluster: restart master: %w", err)
+	}
+	c.Master = p
+	return nil
 }
 
 // Close stops the nodes, then the master.

@@ -164,7 +164,10 @@ func (m *Master) GetSize(key string) (uint64, error) {
 
 // ReMountSegment mounts segs for client after a NEED_REMOUNT, idempotently:
 // a segment already mounted by the same client with the same description is
-// left as it is. Every segment is checked before any is mounted. Errors:
+// left as it is. Every segment is checked before any is mounted. On
+// success the client's segments are known (Ping stops asking it to
+// remount), also with no segments: a client that has none remounts so.
+// Errors:
 // INVALID_PARAMS (empty client id, a malformed segment as MountSegment, an
 // id listed twice); SEGMENT_ALREADY_EXISTS (the id is mounted by another
 // client or with another name, base, size, protocol, host or kind).
@@ -198,7 +201,7 @@ func (m *Master) ReMountSegment(segs []Segment, client string) error {
 			}
 		}
 	}
-	m.touchClient(client)
+	m.mountedClient(client)
 	return nil
 }
 

@@ -14,6 +14,13 @@
 // segments and the master moves objects there and back through tasks it
 // hands them (tier.go).
 //
+// Client liveness: only Ping and the mounts create a client, and Ping
+// answers need_remount until the client has mounted or remounted its
+// segments (none for a client without any) since the master learnt of it;
+// puts and other calls from a client the master does not know (it
+// restarted, or the client's TTL passed) are served but register nothing
+// (master.go).
+//
 // Determinism: a Master does no I/O, starts no goroutines and reads time only
 // through Config.Now and randomness only through Config.Rand, so a sequence
 // of calls replays identically (tests, traces). The server package owns the

@@ -223,6 +223,15 @@ type object struct {
 	noOffload bool      // an offload failed: do not try again
 }
 
+// clientState is what the master knows of a live client (see Ping).
+type clientState struct {
+	deadline time.Time // ClientTTL after its last call; Tick expires it past this
+	// mounted: the client mounted or remounted since the master learnt of
+	// it, so its segments are known. A client known only from its Pings
+	// is told to remount.
+	mounted bool
+}
+
 type discarded struct {
 	replicas []replica
 	release  time.Time
@@ -277,7 +286,7 @@ type Master struct {
 	order    []*segment          // placement order, sorted by ID
 	objects  map[string]*object
 	lru      object // sentinel of the LRU ring
-	clients  map[string]time.Time
+	clients  map[string]clientState
 	discards []discarded
 	capacity uint64
 	used     uint64
@@ -302,7 +311,7 @@ func New(cfg Config) (*Master, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]time.Time{},
+	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]clientState{},
 		nextID: 1, inflight: map[*tierTask]struct{}{}}
 	m.lru.prev, m.lru.next = &m.lru, &m.lru
 	return m, nil
@@ -336,9 +345,27 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (m *Master) touchClient(client string) {
+// Client liveness. Only Ping and the mounts (MountSegment, ReMountSegment)
+// create a client: Ping one that still has to remount, a mount one whose
+// segments are known. Every other call from a known client refreshes its
+// ClientTTL; a call from a client the master does not know (a restarted
+// master, or one whose TTL passed) is served as usual (upstream does the
+// same: it checks no client on puts) but registers nothing, so the
+// client's next Ping still asks it to remount.
+
+// mountedClient records that client mounted (or remounted): it is alive
+// for ClientTTL and its segments are known.
+func (m *Master) mountedClient(client string) {
 	if client != "" {
-		m.clients[client] = m.cfg.Now().Add(m.cfg.ClientTTL)
+		m.clients[client] = clientState{deadline: m.cfg.Now().Add(m.cfg.ClientTTL), mounted: true}
+	}
+}
+
+// touchClient refreshes the ClientTTL of a known client; it creates none.
+func (m *Master) touchClient(client string) {
+	if c, ok := m.clients[client]; ok {
+		c.deadline = m.cfg.Now().Add(m.cfg.ClientTTL)
+		m.clients[client] = c
 	}
 }
 
@@ -366,7 +393,7 @@ func (m *Master) MountSegment(seg Segment, client string) error {
 		m.embedded = insertByID(m.embedded, s)
 	}
 	m.capacity += seg.Size
-	m.touchClient(client)
+	m.mountedClient(client)
 	m.observeMounted(s)
 	return nil
 }
@@ -428,16 +455,21 @@ func (m *Master) UnmountSegment(id, client string) error {
 }
 
 // Ping records that client is alive and reports whether it must remount:
-// needRemount is true when the master does not know the client (first
-// contact, or its TTL passed and its segments were unmounted). Mirrors
-// upstream Ping's ClientStatus OK / NEED_REMOUNT.
+// needRemount is true until the client mounts or remounts (MountSegment,
+// or ReMountSegment, with no segments for a client that has none) after
+// the master learnt of it: on first contact, after a master restart, and
+// after its TTL passed and its segments were unmounted. A client that
+// does not remount keeps being asked. Mirrors upstream Ping's
+// ClientStatus OK / NEED_REMOUNT (upstream's ok_client_ set is filled by
+// the mounts).
 func (m *Master) Ping(client string) (needRemount bool, err error) {
 	if client == "" {
 		return false, store.Errorf(store.InvalidParams, "empty client id")
 	}
-	_, known := m.clients[client]
-	m.touchClient(client)
-	return !known, nil
+	c := m.clients[client]
+	c.deadline = m.cfg.Now().Add(m.cfg.ClientTTL)
+	m.clients[client] = c
+	return !c.mounted, nil
 }
 
 func (m *Master) free(o *object) {
@@ -472,8 +504,10 @@ func (m *Master) descs(o *object) []Replica {
 // ReplicaNum <= 0); INVALID_KEY (key too long); OBJECT_ALREADY_EXISTS
 // (complete, or being written for less than PutStartDiscardTimeout);
 // NO_AVAILABLE_HANDLE (nothing fits even after eviction, or no segments).
-// Mirrors upstream PutStart, except that upstream evicts asynchronously and
-// fails this call.
+// A client the master does not know may put (see Client liveness above):
+// the put is served, and the client stays unknown. Mirrors upstream
+// PutStart, except that upstream evicts asynchronously and fails this
+// call.
 func (m *Master) PutStart(client, key string, size uint64, cfg ReplicaConfig) ([]Replica, error) {
 	reps, _, _, err := m.TryPutStart(client, key, size, cfg, time.Time{})
 	return reps, err
@@ -698,8 +732,8 @@ func (m *Master) Remove(key string, force bool) error {
 // eviction_ratio) of capacity, as upstream). It returns the keys evicted.
 func (m *Master) Tick() (evicted int) {
 	now := m.cfg.Now()
-	for c, deadline := range m.clients {
-		if now.After(deadline) {
+	for c, st := range m.clients {
+		if now.After(st.deadline) {
 			delete(m.clients, c)
 			for _, s := range append([]*segment(nil), m.order...) {
 				if s.client == c {

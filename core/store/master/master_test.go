@@ -486,26 +486,6 @@ func TestPutRevokeFreesSpace(t *testing.T) {
 	mustPut(t, m, "c2", "k", 1024, 2)
 }
 
-func TestPing(t *testing.T) {
-	m, clk := newTestMaster(t, func(c *Config) { c.ClientTTL = 10 * time.Second })
-	for i, want := range []bool{true, false, false} {
-		got, err := m.Ping("c1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
-			t.Fatalf("ping %d: needRemount = %v, want %v", i, got, want)
-		}
-		clk.Advance(5 * time.Second)
-	}
-	if got, _ := m.Ping("c2"); !got {
-		t.Fatal("first ping of another client must ask for a remount")
-	}
-	if st := m.Stats(); st.Clients != 2 {
-		t.Fatalf("clients = %d, want 2", st.Clients)
-	}
-}
-
 func TestReplicas(t *testing.T) {
 	for _, tc := range []struct {
 		name       string

@@ -54,17 +54,35 @@ type modelDiscard struct {
 type model struct {
 	objs     map[string]*modelObj
 	discards []modelDiscard
-	clients  map[string]time.Time // client -> deadline
+	clients  map[string]modelClientState
 	segs     map[string]Segment
 	owner    map[string]string // segment id -> client
 	useClock int
 }
 
-func newModel() *model {
-	return &model{objs: map[string]*modelObj{}, clients: map[string]time.Time{}, segs: map[string]Segment{}, owner: map[string]string{}}
+// modelClientState is a live client: its deadline, and whether it mounted
+// since the master learnt of it (only Ping and the mounts create clients).
+type modelClientState struct {
+	deadline time.Time
+	mounted  bool
 }
 
-func (md *model) touch(c string, now time.Time) { md.clients[c] = now.Add(modelClient) }
+func newModel() *model {
+	return &model{objs: map[string]*modelObj{}, clients: map[string]modelClientState{}, segs: map[string]Segment{}, owner: map[string]string{}}
+}
+
+// touch refreshes a known client's deadline; it creates none.
+func (md *model) touch(c string, now time.Time) {
+	if st, ok := md.clients[c]; ok {
+		st.deadline = now.Add(modelClient)
+		md.clients[c] = st
+	}
+}
+
+// mounted records a mount by c.
+func (md *model) mounted(c string, now time.Time) {
+	md.clients[c] = modelClientState{deadline: now.Add(modelClient), mounted: true}
+}
 
 func (md *model) use(o *modelObj) {
 	md.useClock++
@@ -280,8 +298,8 @@ func (p *propRun) step(i int) {
 	case n < 91:
 		op = "Tick"
 		evictedN := m.Tick()
-		for c, dl := range md.clients {
-			if now.After(dl) {
+		for c, st := range md.clients {
+			if now.After(st.deadline) {
 				delete(md.clients, c)
 				p.seen["client expired"]++
 				for id, owner := range md.owner {
@@ -301,11 +319,12 @@ func (p *propRun) step(i int) {
 		op = fmt.Sprintf("Ping(%s)", client)
 		need, err := m.Ping(client)
 		p.wantCode(i, op, err, store.OK)
-		_, known := md.clients[client]
-		if need == known {
-			t.Fatalf("step %d %s: needRemount %v, model knows client: %v", i, op, need, known)
+		st := md.clients[client]
+		if need == st.mounted {
+			t.Fatalf("step %d %s: needRemount %v, model knows the client's segments: %v", i, op, need, st.mounted)
 		}
-		md.touch(client, now)
+		st.deadline = now.Add(modelClient)
+		md.clients[client] = st
 	case n < 98:
 		if len(md.segs) > 0 && r.IntN(5) == 0 {
 			ids := sortedKeys(md.segs)
@@ -319,7 +338,7 @@ func (p *propRun) step(i int) {
 		op = fmt.Sprintf("MountSegment(%s,%d,%s)", s.ID, s.Size, client)
 		p.wantCode(i, op, m.MountSegment(s, client), store.OK)
 		md.segs[s.ID], md.owner[s.ID] = s, client
-		md.touch(client, now)
+		md.mounted(client, now)
 	default:
 		id := "nope"
 		if len(md.segs) > 0 && r.IntN(4) > 0 {
@@ -550,7 +569,7 @@ func runProperty(t *testing.T, seed uint64, steps int, seen map[string]int) uint
 			t.Fatal(err)
 		}
 		p.md.segs[s.ID], p.md.owner[s.ID] = s, c
-		p.md.touch(c, clk.Now())
+		p.md.mounted(c, clk.Now())
 	}
 	for i := range steps {
 		p.step(i)

@@ -149,7 +149,15 @@ func TestPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCodes(t, "Ping(empty)", []*pb.Status{r.GetStatus()}, store.InvalidParams)
-	for i, want := range []bool{true, false} {
+	// need_remount until the client remounts (here with no segments).
+	for i, want := range []bool{true, true, false, false} {
+		if i == 2 {
+			st, err := h.client.ReMountSegment(ctx(t), &pb.ReMountSegmentRequest{ClientId: "c1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCodes(t, "ReMountSegment(none)", []*pb.Status{st}, store.OK)
+		}
 		r, err := h.client.Ping(ctx(t), &pb.PingRequest{ClientId: "c1"})
 		if err != nil {
 			t.Fatal(err)
