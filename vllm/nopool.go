@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/connectors/config"
+	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/core/store/client"
 )
 
@@ -17,10 +18,24 @@ import (
 var ErrPoolUnavailable = errors.New("vllm: KV cache pool unavailable")
 
 // poolUnavailable wraps Open's error with the master it tried and the
-// deadline, so the engine's log says what to fix.
+// deadline, so the engine's log says what to fix. A setting this build
+// cannot serve (poolclient.ErrUnsupported: a protocol other than tcp, a
+// metadata server kind not built) is a configuration error instead: it
+// is returned as ErrBadConfig, and mc_pool_required false does not serve
+// past it.
 func poolUnavailable(pc config.Config, timeout time.Duration, err error) error {
+	if errors.Is(err, poolclient.ErrUnsupported) {
+		return fmt.Errorf("%w: %w", ErrBadConfig, err)
+	}
 	return fmt.Errorf("%w: master %s, metadata %s, within %v (kv_connector_extra_config.mc_connect_timeout_ms; "+
 		"mc_pool_required false serves without the cache): %w", ErrPoolUnavailable, pc.MasterServerAddress, metadataName(pc), timeout, err)
+}
+
+// degradable reports whether a pool that failed to open may be replaced by
+// the no-pool stand-in (mc_pool_required false): unavailability only,
+// never a configuration error.
+func degradable(s Settings, err error) bool {
+	return !s.PoolRequired && errors.Is(err, ErrPoolUnavailable)
 }
 
 func metadataName(pc config.Config) string {

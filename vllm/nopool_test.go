@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -117,4 +119,31 @@ func TestPoolConfigProtocol(t *testing.T) {
 	_, err = poolclient.Open(context.Background(), pc, poolclient.Options{Timeout: time.Second})
 	require.ErrorIs(t, err, poolclient.ErrUnsupported)
 	assert.Contains(t, err.Error(), `"rdma"`)
+}
+
+func TestUnsupportedProtocolIsAConfigError(t *testing.T) {
+	// Not an unreachable pool: mc_pool_required false must not serve past it.
+	s := mustSettings(t, KVBoth, unreachableExtra(t, map[string]any{"protocol": "rdma", "mc_pool_required": false}), nil)
+	_, err := NewScheduler(context.Background(), s, map[string]string{})
+	require.ErrorIs(t, err, ErrBadConfig)
+	assert.NotErrorIs(t, err, ErrPoolUnavailable)
+	assert.Contains(t, err.Error(), `unsupported: protocol "rdma"`)
+	assert.NotContains(t, err.Error(), "mc_pool_required")
+}
+
+func TestPoolConfigNotesMisspelledFileKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "mooncake.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"master_server_address":"127.0.0.1:50051","metadata_server":"http://127.0.0.1:8080/metadata","local_bufer_size":"1GB"}`), 0o600))
+	s := mustSettings(t, KVBoth, map[string]any{"mc_mode": "store"}, nil)
+	_, notes, err := s.poolConfig(map[string]string{"MOONCAKE_CONFIG_PATH": file})
+	require.NoError(t, err)
+	require.Len(t, notes, 1, "%q", notes)
+	assert.Contains(t, notes[0], `unknown key "local_bufer_size"`)
+	assert.Contains(t, notes[0], file)
+	// The connector's own keys in kv_connector_extra_config are the shim's
+	// to judge: no notes for them.
+	s = mustSettings(t, KVBoth, map[string]any{"master_server_address": "127.0.0.1:50051", "metadata_server": "P2PHANDSHAKE", "mc_mode": "store"}, nil)
+	_, notes, err = s.poolConfig(map[string]string{})
+	require.NoError(t, err)
+	assert.Empty(t, notes)
 }

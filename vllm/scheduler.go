@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/connectors/runtime"
@@ -109,6 +110,13 @@ type Scheduler struct {
 	// poolErr is why a store-mode scheduler has no pool (mc_pool_required
 	// false); set once by NewScheduler.
 	poolErr error
+	// notes are the pool config's remarks until TakeNotes (guarded by mu).
+	notes []string
+	// breaker guards lookups against a pool that does not answer, and
+	// suspects hides blocks whose load failed (store mode with a real
+	// pool; set once by NewScheduler).
+	breaker  *runtime.Breaker
+	suspects *suspects
 
 	mu sync.Mutex
 	// pending are P/D requests seen by UpdateAfterAlloc (producer: to be
@@ -131,24 +139,45 @@ func NewScheduler(ctx context.Context, s Settings, env map[string]string) (*Sche
 	if s.Mode != ModeStore {
 		return sc, nil
 	}
-	pc, err := s.PoolConfig(env)
+	pc, notes, err := s.poolConfig(env)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 	}
 	pool, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host, NoSegment: true, NoShm: true, Env: env, Timeout: s.ConnectTimeout})
 	if err != nil {
 		err = poolUnavailable(pc, s.ConnectTimeout, err)
-		if s.PoolRequired {
+		if !degradable(s, err) {
 			return nil, err
 		}
 		sc, serr := newStoreScheduler(s, nil, missExister{})
 		if serr != nil {
 			return nil, serr
 		}
-		sc.poolErr = err
+		sc.poolErr, sc.notes = err, notes
 		return sc, nil
 	}
-	return newStoreScheduler(s, pool, pool.Client)
+	// A hung master must cost the engine one lookup timeout, not one per
+	// request (runtime.Breaker).
+	br := runtime.NewBreaker(pool.Client, runtime.BreakerConfig{})
+	sus := newSuspects(br, SuspectTTL, time.Now)
+	sc, err = newStoreScheduler(s, pool, sus)
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	sc.notes, sc.breaker, sc.suspects = notes, br, sus
+	return sc, nil
+}
+
+// TakeNotes returns, once, the remarks on this connector's pool config an
+// operator should see in the log (a misspelled key in the
+// MOONCAKE_CONFIG_PATH file, a key only another integration reads).
+func (sc *Scheduler) TakeNotes() []string {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	n := sc.notes
+	sc.notes = nil
+	return n
 }
 
 // PoolError is the error that left a store-mode connector without its
@@ -186,6 +215,9 @@ func newStoreScheduler(s Settings, pool *poolclient.Pool, ex kvpool.Exister) (*S
 
 // Close closes the pool client.
 func (sc *Scheduler) Close() error {
+	if sc.breaker != nil {
+		sc.breaker.Close()
+	}
 	if sc.pool != nil {
 		return sc.pool.Close()
 	}

@@ -321,24 +321,58 @@ func (s Settings) shards() []kvpool.Namespace {
 // upstream's rdma default. Errors match config's errors (ErrNoSource when
 // neither names a master).
 func (s Settings) PoolConfig(env map[string]string) (config.Config, error) {
+	cfg, _, err := s.poolConfig(env)
+	return cfg, err
+}
+
+// extraOrigin names kv_connector_extra_config as a config source when its
+// pool keys stand in for the file; config.Load calls it "extra" when it
+// reads it beside the file.
+const extraOrigin = "kv_connector_extra_config"
+
+func fromExtra(origin string) bool { return origin == extraOrigin || origin == "extra" }
+
+// poolConfig is PoolConfig plus the loader's remarks an operator should
+// see in the engine's log, one line each: keys of the MOONCAKE_CONFIG_PATH
+// file that no integration reads (a misspelled key), keys read by other
+// integrations only, and the loader's warnings. Unknown keys of
+// kv_connector_extra_config are left to the Python shim, which knows the
+// connector's own keys.
+func (s Settings) poolConfig(env map[string]string) (config.Config, []string, error) {
 	if env == nil {
 		env = config.FromOS()
 	}
 	opts := config.LoadOptions{Integration: config.VLLM, Env: env, Extra: s.Extra}
 	if _, ok := env[config.EnvConfigPath]; !ok {
-		const name = "kv_connector_extra_config"
 		if len(bytes.TrimSpace(s.Extra)) == 0 {
-			return config.Config{}, fmt.Errorf("%w: no %s and no master_server_address in kv_connector_extra_config", config.ErrNoSource, config.EnvConfigPath)
+			return config.Config{}, nil, fmt.Errorf("%w: no %s and no master_server_address in kv_connector_extra_config", config.ErrNoSource, config.EnvConfigPath)
 		}
 		extra := s.Extra
-		opts.File = name
+		opts.File = extraOrigin
 		opts.ReadFile = func(string) ([]byte, error) { return extra, nil }
 	}
 	cfg, rep, err := config.Load(opts)
-	if err == nil && rep.Sources["protocol"].Kind == config.FromDefault {
+	if err != nil {
+		return cfg, nil, err
+	}
+	if rep.Sources["protocol"].Kind == config.FromDefault {
 		// Upstream's vLLM default is rdma; an unset protocol means what
 		// this build's store client speaks, not an unsupported error.
 		cfg.Protocol = poolclient.DefaultProtocol
 	}
-	return cfg, err
+	var notes []string
+	for _, u := range rep.Unknown {
+		if !fromExtra(u.Origin) {
+			notes = append(notes, fmt.Sprintf("config %s: unknown key %q (not read by any integration: misspelled?)", u.Origin, u.Key))
+		}
+	}
+	for _, i := range rep.Ignored {
+		if !fromExtra(i.Origin) {
+			notes = append(notes, fmt.Sprintf("config %s: key %q ignored: %s", i.Origin, i.Key, i.Reason))
+		}
+	}
+	for _, w := range rep.Warnings {
+		notes = append(notes, "config: "+w)
+	}
+	return cfg, notes, nil
 }

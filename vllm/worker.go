@@ -161,6 +161,11 @@ type Worker struct {
 	stats            Stats
 	loadBusy         busy
 	saveBusy         busy
+	notes            []string // pool config remarks until TakeNotes
+	// failNotes are store-mode load/save failures since the last
+	// GetFinished (at most maxFailNotes; failDropped counts the rest).
+	failNotes   []string
+	failDropped int
 }
 
 // NewWorker makes the worker half; nothing is opened until
@@ -172,21 +177,23 @@ func NewWorker(s Settings, env map[string]string, pd PDFactory) (*Worker, error)
 		return nil, err
 	}
 	var open func(ctx context.Context) (Pool, func() error, error)
+	var notes []string
 	switch s.Mode {
 	case ModePD:
 		if pd == nil {
 			return nil, fmt.Errorf("%w: unsupported: pd mode is not built into this library", ErrBadConfig)
 		}
 	case ModeStore:
-		pc, err := s.PoolConfig(env)
+		pc, n, err := s.poolConfig(env)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadConfig, err)
 		}
+		notes = n
 		open = func(ctx context.Context) (Pool, func() error, error) {
 			p, err := poolclient.Open(ctx, pc, poolclient.Options{Host: s.Host, Env: env, Timeout: s.ConnectTimeout})
 			if err != nil {
 				err = poolUnavailable(pc, s.ConnectTimeout, err)
-				if s.PoolRequired {
+				if !degradable(s, err) {
 					return nil, nil, err
 				}
 				return noPool{err}, nil, nil
@@ -194,7 +201,19 @@ func NewWorker(s Settings, env map[string]string, pd PDFactory) (*Worker, error)
 			return p.Client, p.Close, nil
 		}
 	}
-	return newWorker(s, open, pd), nil
+	w := newWorker(s, open, pd)
+	w.notes = notes
+	return w, nil
+}
+
+// TakeNotes returns, once, the remarks on this worker's pool config (see
+// Scheduler.TakeNotes).
+func (w *Worker) TakeNotes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := w.notes
+	w.notes = nil
+	return n
 }
 
 // newWorker makes a worker whose pool comes from open (tests pass one).
@@ -380,6 +399,31 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 }
 
 // countLoads adds a load job's outcome to the stats.
+// maxFailNotes bounds the failure lines a worker keeps between two
+// GetFinished calls (the rest are counted in the last line).
+const maxFailNotes = 8
+
+// noteFailuresLocked records one line for a load or save job in which
+// some blocks failed, naming the first error (GetFinished hands the lines
+// to the engine's log). w.mu must be held.
+func (w *Worker) noteFailuresLocked(what string, errs []error, failed uint64) {
+	if failed == 0 {
+		return
+	}
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if len(w.failNotes) >= maxFailNotes {
+		w.failDropped++
+		return
+	}
+	w.failNotes = append(w.failNotes, fmt.Sprintf("%s of %d of %d blocks failed: %v", what, failed, len(errs), first))
+}
+
 func (w *Worker) countLoads(errs []error, bytes uint64) {
 	var ok uint64
 	for _, err := range errs {
@@ -388,6 +432,7 @@ func (w *Worker) countLoads(errs []error, bytes uint64) {
 		}
 	}
 	w.mu.Lock()
+	w.noteFailuresLocked("load", errs, uint64(len(errs))-ok)
 	w.stats.LoadedBlocks += ok
 	w.stats.LoadedBytes += bytes
 	w.stats.FailedBlocks += uint64(len(errs)) - ok
@@ -403,6 +448,7 @@ func (w *Worker) countSaves(errs []error, bytes uint64) {
 		}
 	}
 	w.mu.Lock()
+	w.noteFailuresLocked("save", errs, uint64(len(errs))-ok)
 	w.stats.SavedBlocks += ok
 	w.stats.SavedBytes += bytes
 	w.stats.FailedBlocks += uint64(len(errs)) - ok
@@ -601,6 +647,13 @@ func (w *Worker) GetFinished() (Finished, error) {
 	rt, prod, cons := w.rt, w.prod, w.cons
 	layerwise := w.gate != nil
 	w.mu.Unlock()
+	w.mu.Lock()
+	f.Errors, w.failNotes = w.failNotes, nil
+	if w.failDropped > 0 {
+		f.Errors = append(f.Errors, fmt.Sprintf("%d more load/save jobs failed", w.failDropped))
+		w.failDropped = 0
+	}
+	w.mu.Unlock()
 	if rt != nil {
 		if layerwise {
 			// A layer-wise synchronous load reports its last layer to
@@ -638,7 +691,7 @@ func (w *Worker) GetFinished() (Finished, error) {
 			if ok {
 				f.Recving = append(f.Recving, id)
 			}
-			if e := errs[t]; e != nil {
+			if e := errs[t]; e != nil && ok {
 				f.Errors = append(f.Errors, fmt.Sprintf("request %s (transfer %s): %v", id, t, e))
 			}
 			if bs := failed[t]; len(bs) > 0 {

@@ -11,9 +11,11 @@
 # where HASH covers those two files, this script and the Python version:
 # a fresh clone on a machine that already built it reuses it, and a change
 # to any pin builds a new one (then removes ENGINE's older ones; they are
-# ~6 GB each). A build goes to a temporary folder that is renamed only
-# once every install step succeeded, so an interrupted build is never
-# taken for a current one; concurrent callers wait on a lock.
+# ~6 GB each). An environment counts as current only once its .complete
+# stamp is written, after every install step succeeded: a folder without it
+# (an interrupted build) is removed and built again. It is built in place,
+# so the console scripts in bin/ (pip, ...) name the right python.
+# Concurrent callers wait on a lock.
 #
 # Progress goes to stderr; stdout is the path only. Exit status 1 with a
 # line naming the failed step when pip fails.
@@ -47,9 +49,7 @@ fi
 
 echo "venv.sh: building $engine environment $venv (pins changed or first run; several minutes)" >&2
 start=$(date +%s)
-tmp="$venv.tmp-$$"
-rm -rf "$tmp"
-trap 'rm -rf "$tmp"' EXIT
+rm -rf "$venv"
 step() {
   local what=$1
   shift
@@ -58,8 +58,8 @@ step() {
     exit 1
   fi
 }
-step "python -m venv" "$python" -m venv "$tmp"
-pip=("$tmp/bin/python" -m pip --disable-pip-version-check --no-input)
+step "python -m venv" "$python" -m venv "$venv"
+pip=("$venv/bin/python" -m pip --disable-pip-version-check --no-input)
 step "pip install -r $req" "${pip[@]}" install --quiet -r "$req"
 if [ -f "$wheels" ]; then
   mapfile -t extra < <(grep -v '^[[:space:]]*\(#\|$\)' "$wheels")
@@ -67,11 +67,7 @@ if [ -f "$wheels" ]; then
     step "pip install --no-deps ${extra[*]}" "${pip[@]}" install --quiet --no-deps "${extra[@]}"
   fi
 fi
-# Scripts in bin/ keep the temporary path in their first line; the tests
-# only ever run "$venv/bin/python -m ...", which survives the rename.
-touch "$tmp/.complete"
-mv "$tmp" "$venv"
-trap - EXIT
+touch "$venv/.complete"
 for old in "$cache/$engine"-*; do
   [ "$old" != "$venv" ] && [ -d "$old" ] && rm -rf "$old"
 done

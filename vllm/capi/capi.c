@@ -50,6 +50,12 @@ int mc_vllm_pool_error(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm
 
 int mc_vllm_take_stats_json(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_take_stats_json(handle_of(c), out); }
 
+int mc_vllm_take_notes(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_take_notes(handle_of(c), out); }
+
+int mc_vllm_load_failed(mc_vllm_connector_t* c, const char* hashes_json) {
+  return mcgo_vllm_load_failed(handle_of(c), (char*)hashes_json);
+}
+
 int mc_vllm_reset(mc_vllm_connector_t* c, int64_t* out_removed) {
   return mcgo_vllm_reset(handle_of(c), out_removed);
 }

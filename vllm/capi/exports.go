@@ -214,6 +214,22 @@ func mcgo_vllm_preempted(h C.uint64_t, ids *C.char) (rc int32) {
 	return cbridge.Succeed()
 }
 
+//export mcgo_vllm_load_failed
+func mcgo_vllm_load_failed(h C.uint64_t, hashes *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_load_failed"
+	c, err := lookup(h, vllm.RoleScheduler)
+	if err != nil {
+		return fail(fn, err)
+	}
+	var a [][]byte
+	if err := decode("hashes_json", hashes, &a); err != nil {
+		return fail(fn, err)
+	}
+	c.sched.LoadFailed(a)
+	return cbridge.Succeed()
+}
+
 //export mcgo_vllm_request_finished
 func mcgo_vllm_request_finished(h C.uint64_t, args *C.char, out *C.mc_buf_t) (rc int32) {
 	defer cbridge.Recover(&rc)
@@ -277,6 +293,31 @@ func mcgo_vllm_take_stats_json(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 		"saved_bytes": s.SavedBytes, "loaded_bytes": s.LoadedBytes,
 		"load_busy_ns": uint64(s.LoadBusy.Nanoseconds()), "save_busy_ns": uint64(s.SaveBusy.Nanoseconds()),
 	})
+	if err != nil {
+		return fail(fn, err)
+	}
+	fillBuf(out, b)
+	return cbridge.Succeed()
+}
+
+//export mcgo_vllm_take_notes
+func mcgo_vllm_take_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_take_notes"
+	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
+	if err != nil {
+		return fail(fn, err)
+	}
+	if out == nil {
+		return fail(fn, cbridge.Null("out"))
+	}
+	var notes []string
+	if c.sched != nil {
+		notes = c.sched.TakeNotes()
+	} else if c.worker != nil {
+		notes = c.worker.TakeNotes()
+	}
+	b, err := json.Marshal(append([]string{}, notes...))
 	if err != nil {
 		return fail(fn, err)
 	}

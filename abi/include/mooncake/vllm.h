@@ -186,6 +186,21 @@ int mc_vllm_take_stats(mc_vllm_connector_t* c, mc_vllm_stats_t* out);
  * Both calls take (reset) the same counters. Worker side only. */
 int mc_vllm_take_stats_json(mc_vllm_connector_t* c, mc_buf_t* out);
 
+/* mc_vllm_load_failed (since 1.1), scheduler side: hashes_json is a JSON
+ * array of the base64 block hashes (as in lookups) of blocks whose load
+ * failed (vLLM's invalid_block_ids); for 30 s this connector's lookups
+ * answer them absent, so vLLM recomputes them instead of loading them
+ * again (a crashed storage node's blocks stay listed until the master
+ * drops the node). Store mode; a no-op in pd mode. */
+int mc_vllm_load_failed(mc_vllm_connector_t* c, const char* hashes_json);
+
+/* mc_vllm_take_notes (since 1.1), either role: *out receives, once, a JSON
+ * array of strings, the remarks on the pool config an operator should see
+ * in the engine's log (a key of the MOONCAKE_CONFIG_PATH file no
+ * integration reads, a key only another integration reads, loader
+ * warnings); [] when there are none. Free it with mc_buf_free. */
+int mc_vllm_take_notes(mc_vllm_connector_t* c, mc_buf_t* out);
+
 /* mc_vllm_pool_error (since 1.1), either role: *out receives the message
  * of the error that left a store-mode connector without its pool
  * ("mc_pool_required": false in kv_connector_extra_config, so creation or

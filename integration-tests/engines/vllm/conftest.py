@@ -198,6 +198,7 @@ PROMPT_SETS = {
     "store": [prompt(1, 100), prompt(2, 250), prompt(3, 64), prompt(4, 77), prompt(2, 250)[:160] + prompt(5, 45)],
     "layerwise": [prompt(11, 130), prompt(12, 96), prompt(13, 33)],
     "pd": [prompt(21, 150), prompt(22, 64), prompt(23, 201), prompt(24, 40)],
+    "hung": [prompt(60 + i, 70) for i in range(10)],
 }
 
 

@@ -1,12 +1,13 @@
-"""Pool failures at start-up in real vLLM: an unreachable master stops the
-engine with a clear error (the default), or, with mc_pool_required false,
-the engine serves without the cache and generates the same tokens; never
+"""Pool failures in real vLLM: an unreachable master at start-up stops
+the engine with a clear error (the default), or, with mc_pool_required
+false, the engine serves without the cache and generates the same
+tokens; a master that hangs while serving costs one lookup timeout. Never
 a hang."""
 
 import time
 
 import mcrig
-from conftest import CONNECTOR, PROMPT_SETS, Driver
+from conftest import CONNECTOR, PROMPT_SETS, Driver, store_config
 
 
 def unreachable(**extra):
@@ -47,3 +48,46 @@ def test_unreachable_master_optional_pool_serves(workdir, model, baseline):
         d.close()
     log = d.log.read_text(errors="replace")
     assert "serving without the KV cache pool" in log and dead in log
+
+
+def test_hung_master_costs_one_lookup_timeout(workdir, model, baseline, start):
+    """A master that stops answering (SIGSTOP): the batch after it costs
+    one lookup timeout, not one per request, and generates the baseline's
+    tokens (misses, recomputed); once the master answers again, lookups hit
+    again."""
+    import os
+    import signal
+    import time
+
+    pool = mcrig.Pool(workdir / "hung-pool", nodes=(("hungnode", "256MiB"),))
+    try:
+        extra = store_config(pool, cache_prefix="hung", mc_lookup_timeout_ms=1000)
+        # Prefix caching off: the last check must see the pool's blocks,
+        # not this instance's local copies.
+        d = start("engine", ktc={**CONNECTOR, "kv_role": "kv_both", "kv_connector_extra_config": extra},
+                  engine={"enable_prefix_caching": False})
+        prompts = PROMPT_SETS["store"]
+        assert d.tokens(prompts[:2]) == baseline["store"][:2]  # saved: blocks in the pool
+        master = pool.procs[0].p
+        os.kill(master.pid, signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            assert d.tokens(PROMPT_SETS["hung"]) == baseline["hung"]
+            hung = time.monotonic() - t
+        finally:
+            os.kill(master.pid, signal.SIGCONT)
+        # Ten new requests: one lookup waits out its 1 s timeout, the other
+        # nine miss at once (without the breaker: ten seconds).
+        assert hung < 5, f"a batch of 10 requests took {hung:.1f} s with the master hung"
+        log = d.log.read_text(errors="replace")
+        assert "pool not answering" in log, "the first failed lookup is logged"
+
+        # The master answers again: within a few probes, the saved prompts hit.
+        def hits():
+            before = int(d.metrics().get("vllm:external_prefix_cache_hits", 0))
+            d.generate(prompts[:1])
+            return int(d.metrics().get("vllm:external_prefix_cache_hits", 0)) > before
+
+        mcrig.wait_until(hits, 60, "lookups to hit again after the master came back", tail=d.tail, interval=1)
+    finally:
+        pool.stop()

@@ -187,6 +187,38 @@ def test_abort_while_loading(instances):
     assert b.sched._c is not None and b.engine.idle()
 
 
+def test_failed_block_is_not_offered_again(instances, pool):
+    """A block whose load fails while the pool still lists it (another
+    layout's object under its key here; a crashed node's in production)
+    is not offered again by the next lookups (mc_vllm_load_failed): the
+    next request with the same prompt loads the blocks before it and
+    recomputes from it, instead of failing on it again."""
+    from mooncake_go import Store
+
+    a = instances("flashinfer", model="m-suspect")
+    p = prompt(41, 80)
+    a.engine.add(sim.Request("s1", p, 1, BS))
+    a.engine.run()
+    req = sim.Request("s2", p, 2, BS)
+    key = f"mc/v1/m-suspect/float16/vllm-nhd/tp0of1/pp0of1/bt{BS}/" + req.block_hashes[2].hex()
+    s = Store()
+    s.setup("127.0.0.1", pool.url, 0, 1 << 20, "tcp", "", pool.rpc)
+    try:
+        s.remove(key, force=True)
+        s.put(key, b"not a block")
+        b = instances("flashinfer", model="m-suspect")
+        b.engine.add(req)
+        b.engine.run()
+        assert ("load-error", "s2", 2) in b.engine.log
+        assert s.is_exist(key), "the pool still lists the bad object"
+        b.engine.add(sim.Request("s3", p, 2, BS))
+        b.engine.run()
+    finally:
+        s.close()
+    assert allocs(b.engine)["s3"][0] == 2 * BS, allocs(b.engine)
+    assert not [e for e in b.engine.log if e[0] == "load-error" and e[1] == "s3"]
+
+
 def test_failed_load_is_reported_and_recomputed(instances, pool):
     """A block evicted between lookup and load: its id comes back from
     get_block_ids_with_load_errors, the request is still reported

@@ -58,6 +58,8 @@ _PROTOS = {
     "mc_vllm_take_stats": (ctypes.c_int, [_H, ctypes.POINTER(Stats)]),
     "mc_vllm_pool_error": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_take_stats_json": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
+    "mc_vllm_take_notes": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
+    "mc_vllm_load_failed": (ctypes.c_int, [_H, _S]),
 }
 
 
@@ -132,6 +134,10 @@ class Connector:
     def preempted(self, ids):
         self._check(self._lib.mc_vllm_preempted(self._h, self._json(list(ids))))
 
+    def load_failed(self, hashes):
+        """hashes: base64 block hashes whose load failed (see vllm.h)."""
+        self._check(self._lib.mc_vllm_load_failed(self._h, self._json(list(hashes))))
+
     def request_finished(self, args):
         buf = Buf()
         self._check(self._lib.mc_vllm_request_finished(self._h, self._json(args), ctypes.byref(buf)))
@@ -175,6 +181,12 @@ class Connector:
         data = self._take(buf)  # filled even when rc reports a save that could not start
         out = json.loads(data) if data else {}
         return out, (None if rc == 0 else error_for(rc, _lib.last_error(self._lib)))
+
+    def take_notes(self):
+        """The pool config's remarks for the log (once), a list of str."""
+        buf = Buf()
+        self._check(self._lib.mc_vllm_take_notes(self._h, ctypes.byref(buf)))
+        return json.loads(self._take(buf) or b"[]")
 
     def pool_error(self):
         """Why this store-mode connector serves without its pool

@@ -12,6 +12,7 @@ load is reported through get_block_ids_with_load_errors and the request's
 finished-receiving, a failed save is logged.
 """
 
+import collections
 import json
 import logging
 import os
@@ -385,6 +386,11 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._held = set()
         self._loading = set()
         self._async_hits = set()
+        # Block ids of requests with a planned load (by request id), and of
+        # recently finished ones with their hashes: vLLM names a failed
+        # load's blocks by id, after the request may have finished.
+        self._load_blocks = {}
+        self._recent = collections.OrderedDict()
         # Worker side: failed block ids not yet reported.
         self._failed = set()
 
@@ -433,8 +439,10 @@ class MooncakeGoConnector(KVConnectorBase_V1):
                 "num_external_tokens": int(num_external_tokens),
                 "params": params,
             })
-            if rid in self._async_hits and int(num_external_tokens) > 0:
-                self._loading.add(rid)  # the workers report it in finished-receiving
+            if int(num_external_tokens) > 0:
+                self._load_blocks[rid] = ids  # to name the blocks of a failed load
+                if rid in self._async_hits:
+                    self._loading.add(rid)  # the workers report it in finished-receiving
         finally:
             self._async_hits.discard(rid)
             if self._mode == "pd" and params is not None and params.get("do_remote_prefill"):
@@ -490,6 +498,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         except _abi.MooncakeError as e:  # this request's saves only; the step goes on
             logger.warning("mooncake_go: planning saves of request %s: %s", rid, e)
 
+    @_safe(None)
     def update_connector_output(self, connector_output):
         """Forgets held requests the workers finished sending, and loads
         the workers finished receiving (vLLM frees a finished request's
@@ -500,6 +509,22 @@ class MooncakeGoConnector(KVConnectorBase_V1):
                 self._held.difference_update(done)
                 if attr == "finished_recving":
                     self._loading.difference_update(done)
+        invalid = getattr(connector_output, "invalid_block_ids", None)
+        if invalid and self._c is not None:
+            self._load_failed(set(invalid))
+
+    def _load_failed(self, invalid):
+        """Tells Go the hashes of the blocks whose load failed, so its
+        lookups stop offering them for a while (a crashed storage node's
+        blocks stay listed until the master drops the node)."""
+        hashes = []
+        for blocks, enc in [(b, self._b64.get(r) or []) for r, b in self._load_blocks.items()] + list(self._recent.values()):
+            hashes.extend(enc[i] for i, b in enumerate(blocks) if b in invalid and i < len(enc))
+        if hashes:
+            try:
+                self._c.load_failed(hashes)
+            except _abi.MooncakeError as e:
+                logger.warning("mooncake_go: noting failed loads: %s", e)
 
     def has_pending_push_work(self):
         """True while a finished request's blocks are held for a transfer
@@ -511,6 +536,10 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     @_safe((False, None))
     def request_finished(self, request, block_ids):
         rid = request.request_id
+        if rid in self._load_blocks:  # vLLM reports a failed load after this call
+            self._recent[rid] = (self._load_blocks.pop(rid), self._b64.get(rid) or [])
+            while len(self._recent) > 256:
+                self._recent.popitem(last=False)
         for state in (self._reqs, self._blocks, self._b64, self._planned):
             state.pop(rid, None)
         self._async_hits.discard(rid)
@@ -559,10 +588,16 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         self._log_pool_error()
 
     def _log_pool_error(self):
+        """Logs the pool config's remarks (a misspelled key in the
+        MOONCAKE_CONFIG_PATH file...) and why the connector serves without
+        its pool, if it does."""
         try:
+            notes = self._c.take_notes()
             err = self._c.pool_error()
         except _abi.MooncakeError:
             return
+        for n in notes:
+            logger.warning("mooncake_go: %s", n)
         if err:
             logger.error("mooncake_go: serving without the KV cache pool (mc_pool_required is false): %s", err)
 
@@ -611,7 +646,7 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         if err is not None:
             logger.error("mooncake_go: get_finished: %s", err)
         for e in out.get("errors") or ():
-            logger.warning("mooncake_go: KV receive failed (its blocks are reported to vLLM): %s", e)
+            logger.warning("mooncake_go: KV transfer failed (failed loads are reported to vLLM): %s", e)
         with self._lock:
             self._failed.update(out.get("failed_blocks") or ())
         sending = set(out.get("sending") or ())
