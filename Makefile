@@ -11,7 +11,7 @@ all: build
 include abi.mk
 
 build:
-	$(GO) build -o $(BIN) ./core/cmd/mooncake
+	$(GO) build -buildvcs=auto -o $(BIN) ./core/cmd/mooncake
 
 # Main job: replay the embedded Mooncake conversation trace on an in-process
 # pool (master + 2 nodes over tcp on 127.0.0.1) and print the report.
