@@ -133,6 +133,14 @@ type Settings struct {
 	// ConnectTimeout (mc_connect_timeout_ms, default 10 s) bounds opening
 	// the pool: metadata server, master and segment mount.
 	ConnectTimeout time.Duration `json:"-"`
+	// IdleWait (mc_idle_wait_ms, default 5 ms; 0 turns it off) bounds how
+	// long a worker step that computes nothing waits in get_finished for
+	// one of its pool loads or saves to complete. vLLM steps its engine
+	// loop without pause while finished requests' blocks are held for
+	// their saves (or requests wait for async loads); the wait turns that
+	// spin into sleep, so the transfers get the CPU. A request arriving
+	// meanwhile waits at most this long more. Ours; upstream has none.
+	IdleWait time.Duration `json:"-"`
 }
 
 // extraKeys are the kv_connector_extra_config keys the connector reads
@@ -149,7 +157,11 @@ type extraKeys struct {
 	Layerwise       *bool    `json:"mc_layerwise"`
 	PoolRequired    *bool    `json:"mc_pool_required"`
 	ConnectTimeout  *float64 `json:"mc_connect_timeout_ms"`
+	IdleWaitMS      *float64 `json:"mc_idle_wait_ms"`
 }
+
+// DefaultIdleWait is mc_idle_wait_ms's default: 5 ms.
+const DefaultIdleWait = 5 * time.Millisecond
 
 // Environment variables read, with upstream's names and defaults.
 const (
@@ -186,6 +198,7 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	s.LookupTimeout, s.LoadTimeout, s.SaveTimeout = 5*time.Second, 30*time.Second, 30*time.Second
 	s.BootstrapPort, s.AbortTimeout = 8998, 480*time.Second
 	s.PoolRequired, s.ConnectTimeout = true, 10*time.Second
+	s.IdleWait = DefaultIdleWait
 	var ex extraKeys
 	if len(bytes.TrimSpace(s.Extra)) > 0 && !bytes.Equal(bytes.TrimSpace(s.Extra), []byte("null")) {
 		if err := json.Unmarshal(s.Extra, &ex); err != nil {
@@ -222,6 +235,12 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 			return s, fmt.Errorf("%w: kv_connector_extra_config.%s = %v, want > 0", ErrBadConfig, d.key, *d.v)
 		}
 		*d.out = time.Duration(*d.v * float64(time.Millisecond))
+	}
+	if ex.IdleWaitMS != nil {
+		if *ex.IdleWaitMS < 0 || *ex.IdleWaitMS > 1000 {
+			return s, fmt.Errorf("%w: kv_connector_extra_config.mc_idle_wait_ms = %v, want 0 (off) to 1000", ErrBadConfig, *ex.IdleWaitMS)
+		}
+		s.IdleWait = time.Duration(*ex.IdleWaitMS * float64(time.Millisecond))
 	}
 	if ex.BootstrapAddr != nil {
 		s.BootstrapAddr = *ex.BootstrapAddr

@@ -30,6 +30,7 @@ func TestParseSettingsDefaults(t *testing.T) {
 		"TPSize":          {s.TPSize, 1},
 		"PPSize":          {s.PPSize, 1},
 		"Host":            {s.Host, "127.0.0.1"},
+		"IdleWait":        {s.IdleWait, 5 * time.Millisecond},
 		"modelName":       {s.modelName(), "tiny-llama"},
 	}
 	for name, gw := range want {
@@ -46,7 +47,7 @@ func TestParseSettingsDefaults(t *testing.T) {
 func TestParseSettingsExtraAndEnv(t *testing.T) {
 	extra := map[string]any{
 		"mc_mode": "pd", "load_async": false, "cache_prefix": "tenant-a",
-		"mc_lookup_timeout_ms": 250, "mc_load_timeout_ms": 1500.5, "mc_save_timeout_ms": 2000,
+		"mc_lookup_timeout_ms": 250, "mc_load_timeout_ms": 1500.5, "mc_save_timeout_ms": 2000, "mc_idle_wait_ms": 0,
 		"bootstrap_server_address": "10.0.0.9:7000", "save_decode_cache": true,
 		"master_server_address": "ignored-here:1", // a pool key: not the connector's
 	}
@@ -69,6 +70,7 @@ func TestParseSettingsExtraAndEnv(t *testing.T) {
 		"TPRank":          {s.TPRank, 1},
 		"TPSize":          {s.TPSize, 2},
 		"Host":            {s.Host, "10.0.0.2"},
+		"IdleWait":        {s.IdleWait, time.Duration(0)},
 	}
 	for name, gw := range want {
 		if gw[0] != gw[1] {
@@ -113,6 +115,8 @@ func TestParseSettingsErrors(t *testing.T) {
 		{"mc_lookup_timeout_ms", settingsJSON(t, KVBoth, map[string]any{"mc_lookup_timeout_ms": 0}, nil), nil, "mc_lookup_timeout_ms"},
 		{"mc_load_timeout_ms", settingsJSON(t, KVBoth, map[string]any{"mc_load_timeout_ms": -5}, nil), nil, "mc_load_timeout_ms"},
 		{"mc_save_timeout_ms", settingsJSON(t, KVBoth, map[string]any{"mc_save_timeout_ms": 0}, nil), nil, "mc_save_timeout_ms"},
+		{"mc_idle_wait_ms negative", settingsJSON(t, KVBoth, map[string]any{"mc_idle_wait_ms": -1}, nil), nil, "mc_idle_wait_ms"},
+		{"mc_idle_wait_ms too long", settingsJSON(t, KVBoth, map[string]any{"mc_idle_wait_ms": 5000}, nil), nil, "mc_idle_wait_ms"},
 		{"bootstrap port text", settingsJSON(t, KVBoth, nil, nil), map[string]string{EnvBootstrapPort: "http"}, EnvBootstrapPort},
 		{"bootstrap port range", settingsJSON(t, KVBoth, nil, nil), map[string]string{EnvBootstrapPort: "70000"}, EnvBootstrapPort},
 		{"bootstrap port zero", settingsJSON(t, KVBoth, nil, nil), map[string]string{EnvBootstrapPort: "0"}, EnvBootstrapPort},

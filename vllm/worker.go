@@ -705,6 +705,24 @@ func (w *Worker) GetFinished() (Finished, error) {
 	return f, err
 }
 
+// WaitIdle is called by the shim in get_finished of a step that schedules
+// no tokens (the scheduler marks its metadata idle): it waits, at most
+// Settings.IdleWait, until one of the store-mode loads or saves in flight
+// has something to report, so that vLLM's empty steps (it keeps stepping
+// while finished requests' blocks are held for their saves, or requests
+// wait for async loads) sleep instead of taking the CPU the transfers
+// need. It returns at once when nothing is in flight, in P/D mode, and
+// after Close; it reports whether something is to report.
+func (w *Worker) WaitIdle() bool {
+	w.mu.Lock()
+	rt, closed := w.rt, w.closed
+	w.mu.Unlock()
+	if rt == nil || closed || w.s.IdleWait <= 0 {
+		return false
+	}
+	return rt.WaitReport(context.Background(), w.s.IdleWait)
+}
+
 // TakeStats returns the counters since the previous call and resets them.
 func (w *Worker) TakeStats() Stats {
 	w.mu.Lock()

@@ -8,6 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/mooncake-go/mooncake/connectors/runtime"
 	"github.com/mooncake-go/mooncake/core/memory"
@@ -495,4 +499,36 @@ func TestWorkerPreemptionFencing(t *testing.T) {
 	if w.Tracked() != 0 {
 		t.Errorf("Tracked = %d, want 0", w.Tracked())
 	}
+}
+
+// TestWorkerWaitIdle: an empty step's WaitIdle sleeps until the held
+// request's save completes (then get_finished reports it), and returns at
+// once with nothing in flight or with mc_idle_wait_ms 0.
+func TestWorkerWaitIdle(t *testing.T) {
+	cl := startPool(t, 16<<20, false)
+	s := mustSettings(t, KVBoth, map[string]any{"mc_idle_wait_ms": 1000}, nil)
+	require.Equal(t, time.Second, s.IdleWait)
+	w, _ := storeWorker(t, cl, s, 3)
+	require.False(t, w.WaitIdle(), "nothing in flight")
+
+	hs := hashes("idle", 3)
+	require.NoError(t, w.StartLoad(testContext(t), saveMeta(t, "idle", hs, []int{1, 2, 3})))
+	require.NoError(t, w.WaitForSave())
+	var f Finished
+	deadline := time.Now().Add(testTimeout)
+	for !slices.Contains(f.Sending, "idle") {
+		require.True(t, time.Now().Before(deadline), "save of idle never reported")
+		w.WaitIdle() // bounded by 1 s; wakes when the save completes
+		got, err := w.GetFinished()
+		require.NoError(t, err)
+		f.Sending = append(f.Sending, got.Sending...)
+	}
+	assert.False(t, w.WaitIdle(), "nothing left in flight")
+
+	off := mustSettings(t, KVBoth, map[string]any{"mc_idle_wait_ms": 0}, nil)
+	w0, _ := storeWorker(t, cl, off, 4)
+	require.NoError(t, w0.StartLoad(testContext(t), saveMeta(t, "idle0", hashes("idle0", 2), []int{1, 2})))
+	require.NoError(t, w0.WaitForSave())
+	assert.False(t, w0.WaitIdle(), "mc_idle_wait_ms 0 never waits")
+	collect(t, w0, sendingHas("idle0"))
 }

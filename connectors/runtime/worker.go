@@ -84,6 +84,10 @@ type Worker struct {
 	failed []int
 	// step tracks the synchronous jobs of the current step.
 	loads, saves *group
+	// running counts the jobs in flight; news gets a token (never
+	// blocking) each time one completes, for WaitReport.
+	running int
+	news    chan struct{}
 }
 
 // reqState is the worker's view of one request.
@@ -165,6 +169,7 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 		reqs:   make(map[string]*reqState),
 		loads:  newGroup(),
 		saves:  newGroup(),
+		news:   make(chan struct{}, 1),
 	}, nil
 }
 
@@ -238,6 +243,7 @@ func (w *Worker) startLocked(req string, load, async bool, hashes [][]byte, bloc
 			w.saves.addLocked(j)
 		}
 	}
+	w.running++
 	w.wg.Add(1)
 	go w.run(ctx, j, bad)
 }
@@ -314,6 +320,11 @@ func (w *Worker) completeLocked(j *job, bad error, errs []error) {
 		j.grp.finishLocked()
 	}
 	w.settleLocked(j.req, st)
+	w.running--
+	select {
+	case w.news <- struct{}{}:
+	default:
+	}
 }
 
 // settleLocked reports a finished request's sends once its saves are done
@@ -441,6 +452,38 @@ func (w *Worker) GetFinished() (finishedSending, finishedRecving []string) {
 	finishedSending, finishedRecving = w.doneSending, w.doneRecving
 	w.doneSending, w.doneRecving = nil, nil
 	return finishedSending, finishedRecving
+}
+
+// WaitReport blocks until GetFinished or FailedBlocks has something to
+// return, no job is in flight, ctx is done, or d passes, and reports
+// whether something is to return. An engine calls it in a step that
+// computes nothing (vLLM keeps stepping while finished requests' blocks
+// are held for their saves, or requests wait for async loads), so that
+// the empty steps wait for a completion instead of spinning on the CPU
+// the transfers need. d <= 0 returns at once.
+func (w *Worker) WaitReport(ctx context.Context, d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for {
+		w.mu.Lock()
+		has := len(w.doneSending)+len(w.doneRecving)+len(w.failed) > 0
+		idle := w.running == 0
+		w.mu.Unlock()
+		if has || idle || d <= 0 {
+			return has
+		}
+		select {
+		case <-w.news:
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // FailedBlocks returns, once each, the engine block ids whose load failed

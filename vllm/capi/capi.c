@@ -80,6 +80,8 @@ int mc_vllm_handle_preemptions(mc_vllm_connector_t* c, const char* ids_json) {
 
 int mc_vllm_wait_for_save(mc_vllm_connector_t* c) { return mcgo_vllm_wait_for_save(handle_of(c)); }
 
+int mc_vllm_wait_idle(mc_vllm_connector_t* c) { return mcgo_vllm_wait_idle(handle_of(c)); }
+
 int mc_vllm_get_finished(mc_vllm_connector_t* c, mc_buf_t* out) { return mcgo_vllm_get_finished(handle_of(c), out); }
 
 int mc_vllm_take_stats(mc_vllm_connector_t* c, mc_vllm_stats_t* out) { return mcgo_vllm_take_stats(handle_of(c), out); }

@@ -463,6 +463,21 @@ func mcgo_vllm_wait_for_save(h C.uint64_t) (rc int32) {
 	return done(fn, c.worker.WaitForSave())
 }
 
+//export mcgo_vllm_wait_idle
+func mcgo_vllm_wait_idle(h C.uint64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_vllm_wait_idle"
+	c, err := lookup(h, vllm.RoleWorker)
+	if err != nil {
+		return fail(fn, err)
+	}
+	cbridge.Succeed()
+	if c.worker.WaitIdle() {
+		return 1
+	}
+	return 0
+}
+
 //export mcgo_vllm_get_finished
 func mcgo_vllm_get_finished(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 	defer cbridge.Recover(&rc)

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define MC_VLLM_ABI_VERSION_MAJOR 1
-#define MC_VLLM_ABI_VERSION_MINOR 1
+#define MC_VLLM_ABI_VERSION_MINOR 2
 #define MC_VLLM_ABI_VERSION ((uint32_t)((MC_VLLM_ABI_VERSION_MAJOR << 16) | MC_VLLM_ABI_VERSION_MINOR))
 
 /* Roles (vLLM's KVConnectorRole values). */
@@ -167,6 +167,17 @@ int mc_vllm_handle_preemptions(mc_vllm_connector_t* c, const char* ids_json);
 /* mc_vllm_wait_for_save is wait_for_save: the forward wrote this step's
  * blocks; the step's saves start (in the background). */
 int mc_vllm_wait_for_save(mc_vllm_connector_t* c);
+
+/* mc_vllm_wait_idle (since 1.2), worker side: called in get_finished of a
+ * step that schedules no tokens; waits at most mc_idle_wait_ms (default 5)
+ * until one of the store-mode loads or saves in flight has something for
+ * mc_vllm_get_finished to report, so that the empty steps vLLM runs while
+ * finished requests' blocks are held for their saves (or requests wait for
+ * async loads) sleep instead of spinning on the CPU the transfers need.
+ * Returns at once when nothing is in flight, in pd mode, or with
+ * mc_idle_wait_ms 0. Returns 1 when something is to report, 0 when not,
+ * a negative MC_ERR_* code on a bad handle. */
+int mc_vllm_wait_idle(mc_vllm_connector_t* c);
 
 /* mc_vllm_get_finished is get_finished plus get_block_ids_with_load_errors:
  * *out receives {"sending": [req ids], "recving": [req ids],

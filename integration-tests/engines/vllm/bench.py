@@ -111,6 +111,8 @@ def main():
     ap.add_argument("--layers", type=int, default=BENCH_LLAMA["num_hidden_layers"])
     ap.add_argument("--sync", action="store_true", help="synchronous loads (load_async false) instead of vLLM's async path")
     ap.add_argument("--bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND of the instances (one runs at a time; default both cores)")
+    ap.add_argument("--idle-wait-ms", type=float, default=None,
+                    help="mc_idle_wait_ms of the connector (default: the connector's, 5; 0 lets vLLM's empty steps spin)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -129,11 +131,13 @@ def main():
     extra = store_config(pool, cache_prefix="bench")
     if a.sync:
         extra["load_async"] = False
+    if a.idle_wait_ms is not None:
+        extra["mc_idle_wait_ms"] = a.idle_wait_ms
     ktc = {**CONNECTOR, "kv_role": "kv_both", "kv_connector_extra_config": extra}
     saved = [prompt(1000 + i, a.prompt_tokens) for i in range(a.repeats)]
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
-           "load_async": not a.sync, "cpu_bind": a.bind}
+           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms}
     blocks_per_prompt = a.prompt_tokens // 32
 
     def flush(d):
@@ -145,7 +149,11 @@ def main():
         return {k: v for k, v in pool.keys().items() if "/t=bench/" in k}
 
     def wait_saved(n, what):
-        mcrig.wait_until(lambda: len(bench_keys()) >= n, 300, what, tail=pool.tails)
+        # Each poll starts a `mooncake ctl keys` process: every 0.5 s, so
+        # that polling takes little of the CPU the saves being measured
+        # run on (their busy time is measured inside the connector, so a
+        # late poll does not change the figures).
+        mcrig.wait_until(lambda: len(bench_keys()) >= n, 300, what, tail=pool.tails, interval=0.5)
 
     try:
         # Saver: prompts one at a time, each prompt's saves finished (its

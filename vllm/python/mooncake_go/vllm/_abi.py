@@ -60,6 +60,7 @@ _PROTOS = {
     "mc_vllm_take_stats_json": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_take_notes": (ctypes.c_int, [_H, ctypes.POINTER(Buf)]),
     "mc_vllm_load_failed": (ctypes.c_int, [_H, _S]),
+    "mc_vllm_wait_idle": (ctypes.c_int, [_H]),
 }
 
 
@@ -174,6 +175,14 @@ class Connector:
 
     def wait_for_save(self):
         self._check(self._lib.mc_vllm_wait_for_save(self._h))
+
+    def wait_idle(self):
+        """An empty step's wait (at most mc_idle_wait_ms) for a load or
+        save in flight to complete; True when one has something to report."""
+        rc = self._lib.mc_vllm_wait_idle(self._h)
+        if rc < 0:
+            self._check(rc)
+        return rc == 1
 
     def get_finished(self):
         buf = Buf()

@@ -68,10 +68,13 @@ FINISHED_LENGTH_CAPPED = "FINISHED_LENGTH_CAPPED"
 
 
 class MooncakeGoMetadata(KVConnectorMetadata):
-    """One step's connector metadata: the bytes of mc_vllm_build_meta."""
+    """One step's connector metadata: the bytes of mc_vllm_build_meta, and
+    idle, true when the step schedules no tokens (the workers' get_finished
+    then waits briefly for a transfer to complete, mc_vllm_wait_idle)."""
 
-    def __init__(self, data=b""):
+    def __init__(self, data=b"", idle=False):
         self.data = bytes(data)
+        self.idle = bool(idle)
 
 
 def _get(obj, path, default=None):
@@ -187,7 +190,7 @@ def _block_size(vllm_config):
 # loader, or by upstream's Mooncake connectors (accepted and ignored).
 KNOWN_EXTRA_KEYS = frozenset(
     """mc_mode mc_layerwise mc_layout mc_num_layers mc_lookup_timeout_ms mc_load_timeout_ms mc_save_timeout_ms
-    mc_pool_required mc_connect_timeout_ms
+    mc_pool_required mc_connect_timeout_ms mc_idle_wait_ms
     load_async cache_prefix save_decode_cache bootstrap_server_address preferred_segment
     local_hostname metadata_server master_server_address master_server_addr global_segment_size
     local_buffer_size protocol device_name rdma_devices mode enable_offload tenant_id
@@ -472,7 +475,8 @@ class MooncakeGoConnector(KVConnectorBase_V1):
             self._planned.pop(rid, None)
         if preempted:
             self._c.preempted(sorted(preempted))
-        return MooncakeGoMetadata(self._c.build_meta())
+        idle = int(getattr(scheduler_output, "total_num_scheduled_tokens", 1) or 0) == 0
+        return MooncakeGoMetadata(self._c.build_meta(), idle=idle)
 
     def _plan_save(self, rid, num_computed, scheduler_output):
         """Asks Go to plan the saves of rid's blocks that this step fills;
@@ -642,6 +646,12 @@ class MooncakeGoConnector(KVConnectorBase_V1):
 
     @_safe((None, None))
     def get_finished(self, finished_req_ids):
+        meta = self._connector_metadata
+        if getattr(meta, "idle", False):
+            # A step with nothing to compute (vLLM steps on while blocks
+            # are held for saves or requests wait for async loads): wait
+            # up to mc_idle_wait_ms for a completion instead of spinning.
+            self._c.wait_idle()
         out, err = self._c.get_finished()
         if err is not None:
             logger.error("mooncake_go: get_finished: %s", err)
