@@ -374,7 +374,7 @@ func (s *storeClient) remove(key string, force bool) error {
 func (s *storeClient) getSize(key string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := s.rpc.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: s.c.ID(), Keys: []string{key}})
+	r, err := s.rpc.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: s.c.ID(), Keys: [][]byte{[]byte(key)}})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return 0, mcstore.Errorf(mcstore.RPCTimeout, "get replica list: %v", err)
