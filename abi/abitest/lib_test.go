@@ -72,6 +72,17 @@ type lib struct {
 	storeBatchIsExist func(s uintptr, keys *uintptr, n uintptr, out *int32) int32
 	storeRemove       func(s uintptr, key *byte, force int32) int32
 	storeGetSize      func(s uintptr, key *byte, out *uint64) int32
+	// The _n forms (store.h ABI 1.1): each key as pointer and length.
+	storePutN          func(s uintptr, key *byte, keyLen, value, size uintptr) int32
+	storeGetN          func(s uintptr, key *byte, keyLen, buf, capacity uintptr, outSize *uintptr) int32
+	storePutFromN      func(s uintptr, key *byte, keyLen, ptr, size uintptr) int32
+	storeGetIntoN      func(s uintptr, key *byte, keyLen, ptr, size uintptr, outRead *int64) int32
+	storeBatchPutFromN func(s uintptr, keys, keyLens, ptrs, sizes *uintptr, n uintptr, out *int32) int32
+	storeBatchGetIntoN func(s uintptr, keys, keyLens, ptrs, sizes *uintptr, n uintptr, out *int64) int32
+	storeIsExistN      func(s uintptr, key *byte, keyLen uintptr) int32
+	storeBatchIsExistN func(s uintptr, keys, keyLens *uintptr, n uintptr, out *int32) int32
+	storeRemoveN       func(s uintptr, key *byte, keyLen uintptr, force int32) int32
+	storeGetSizeN      func(s uintptr, key *byte, keyLen uintptr, out *uint64) int32
 
 	// consts are the integer #defines of common.h and transfer_engine.h.
 	consts map[string]int64
@@ -150,6 +161,16 @@ func open(path string) (*lib, error) {
 		"mc_store_batch_is_exist":       &l.storeBatchIsExist,
 		"mc_store_remove":               &l.storeRemove,
 		"mc_store_get_size":             &l.storeGetSize,
+		"mc_store_put_n":                &l.storePutN,
+		"mc_store_get_n":                &l.storeGetN,
+		"mc_store_put_from_n":           &l.storePutFromN,
+		"mc_store_get_into_n":           &l.storeGetIntoN,
+		"mc_store_batch_put_from_n":     &l.storeBatchPutFromN,
+		"mc_store_batch_get_into_n":     &l.storeBatchGetIntoN,
+		"mc_store_is_exist_n":           &l.storeIsExistN,
+		"mc_store_batch_is_exist_n":     &l.storeBatchIsExistN,
+		"mc_store_remove_n":             &l.storeRemoveN,
+		"mc_store_get_size_n":           &l.storeGetSizeN,
 	} {
 		sym, err := purego.Dlsym(h, name)
 		if err != nil {

@@ -26,3 +26,17 @@ func GoString[T Char](s *T) string {
 	// it is typed as; C.GoString copies it and keeps no pointer.
 	return C.GoString((*C.char)(unsafe.Pointer(s)))
 }
+
+// GoStringN copies the n bytes at s, any bytes (NUL included), after
+// checking [s, s+n) with CheckRange (errors name what and wrap
+// ErrInvalidArgument: NULL, zero length, past the end of the address
+// space). It is how a key given as pointer and length crosses.
+func GoStringN[T Char](what string, s *T, n uintptr) (string, error) {
+	// unsafe: reads s's address to validate the range.
+	if err := CheckRange(what, uintptr(unsafe.Pointer(s)), n); err != nil {
+		return "", err
+	}
+	// unsafe: [s, s+n) is C memory of one-byte chars the caller keeps
+	// valid for the call; the bytes are copied and no pointer is kept.
+	return string(unsafe.Slice((*byte)(unsafe.Pointer(s)), n)), nil
+}

@@ -11,7 +11,8 @@
 //     the same name with the prefix mcgo_store_ (hidden by the version
 //     script). So Go never holds a handle or a caller's address in a pointer
 //     variable, and the header's exact prototypes are checked by the C
-//     compiler.
+//     compiler. A function and its _n twin (key by pointer and length,
+//     store.h 1.1) share one export, told apart by its byLen argument.
 //   - exports.go: the //export mcgo_store_* functions. Each guards against
 //     panics (cbridge.Recover), validates every pointer, length and key,
 //     decodes C arguments, calls the Go layer and encodes the result,

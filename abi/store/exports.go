@@ -27,18 +27,54 @@ const _ = uint(C.MC_STORE_MAX_KEY_LEN-MaxKeyLen) + uint(MaxKeyLen-C.MC_STORE_MAX
 // storeABIVersion is MC_STORE_ABI_VERSION.
 const storeABIVersion uint32 = C.MC_STORE_ABI_VERSION_MAJOR<<16 | C.MC_STORE_ABI_VERSION_MINOR
 
-// cKey copies a key, reading at most MaxKeyLen+1 bytes of it: NULL or ""
-// is MC_ERR_INVALID_ARGUMENT, a longer key INVALID_KEY.
+// Keys cross in two forms (store.h): a NUL-terminated string (the plain
+// functions, as upstream's store_c.h) or a pointer and a length in bytes
+// (the _n functions, ABI 1.1: any bytes, NUL included). Each export takes
+// both, with byLen saying which one its trampoline passed.
+
+// cKey copies a NUL-terminated key, reading at most MaxKeyLen+1 bytes of
+// it: NULL or "" is MC_ERR_INVALID_ARGUMENT, a longer key INVALID_KEY.
 func cKey(p *C.char) (string, error) {
 	if p == nil {
 		return "", cbridge.Null("key")
 	}
 	n := C.strnlen(p, MaxKeyLen+1)
 	if n > MaxKeyLen {
-		return "", mcstore.Errorf(mcstore.InvalidKey, "key of more than %d bytes", MaxKeyLen)
+		return "", mcstore.Errorf(mcstore.InvalidKey, "key is longer than MC_STORE_MAX_KEY_LEN (%d bytes)", MaxKeyLen)
 	}
 	key := C.GoStringN(p, C.int(n))
 	return key, checkKey(key)
+}
+
+// nKey copies the key [p, p+n): NULL or n == 0 is MC_ERR_INVALID_ARGUMENT,
+// n > MaxKeyLen INVALID_KEY (the bytes are not read then).
+func nKey(what string, p *C.char, n C.size_t) (string, error) {
+	switch {
+	case p == nil:
+		return "", cbridge.Null(what)
+	case n == 0:
+		return "", invalid("%s is empty (length 0; a key is 1 to %d bytes)", what, MaxKeyLen)
+	case n > MaxKeyLen:
+		return "", mcstore.Errorf(mcstore.InvalidKey, "%s of %d bytes is longer than MC_STORE_MAX_KEY_LEN (%d)", what, uint64(n), MaxKeyLen)
+	}
+	return cbridge.GoStringN(what, p, uintptr(n))
+}
+
+// anyKey is nKey when byLen is set, else cKey.
+func anyKey(p *C.char, n C.size_t, byLen C.int) (string, error) {
+	if byLen != 0 {
+		return nKey("key", p, n)
+	}
+	return cKey(p)
+}
+
+// fnName is the public name of the call: plain, or with _n for the
+// pointer-and-length form.
+func fnName(plain string, byLen C.int) string {
+	if byLen != 0 {
+		return plain + "_n"
+	}
+	return plain
 }
 
 // begin looks the handle up and registers a call in flight on it; the
@@ -54,14 +90,14 @@ func begin(h C.uint64_t) (*storeClient, error) {
 	return s, nil
 }
 
-// beginKey is begin followed by cKey(key); on success the caller defers
-// s.release(), on failure nothing is held.
-func beginKey(h C.uint64_t, key *C.char) (*storeClient, string, error) {
+// beginKey is begin followed by anyKey(key, keyLen, byLen); on success the
+// caller defers s.release(), on failure nothing is held.
+func beginKey(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int) (*storeClient, string, error) {
 	s, err := begin(h)
 	if err != nil {
 		return nil, "", err
 	}
-	k, err := cKey(key)
+	k, err := anyKey(key, keyLen, byLen)
 	if err != nil {
 		s.release()
 		return nil, "", err
@@ -186,10 +222,10 @@ func mcgo_store_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 }
 
 //export mcgo_store_put
-func mcgo_store_put(h C.uint64_t, key *C.char, value C.uintptr_t, size C.size_t) (rc int32) {
+func mcgo_store_put(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, value C.uintptr_t, size C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_put"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_put", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -202,10 +238,10 @@ func mcgo_store_put(h C.uint64_t, key *C.char, value C.uintptr_t, size C.size_t)
 }
 
 //export mcgo_store_get
-func mcgo_store_get(h C.uint64_t, key *C.char, buf C.uintptr_t, capacity C.size_t, outSize *C.size_t) (rc int32) {
+func mcgo_store_get(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, buf C.uintptr_t, capacity C.size_t, outSize *C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_get"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_get", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -222,10 +258,10 @@ func mcgo_store_get(h C.uint64_t, key *C.char, buf C.uintptr_t, capacity C.size_
 }
 
 //export mcgo_store_put_from
-func mcgo_store_put_from(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size_t) (rc int32) {
+func mcgo_store_put_from(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, ptr C.uintptr_t, size C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_put_from"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_put_from", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -238,10 +274,10 @@ func mcgo_store_put_from(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size
 }
 
 //export mcgo_store_get_into
-func mcgo_store_get_into(h C.uint64_t, key *C.char, ptr C.uintptr_t, size C.size_t, outRead *C.int64_t) (rc int32) {
+func mcgo_store_get_into(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, ptr C.uintptr_t, size C.size_t, outRead *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_get_into"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_get_into", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -272,13 +308,20 @@ type batch struct {
 	errs []error // per position: why a key failed
 }
 
-// newBatch validates the keys ks of a batch and, for a zero-copy batch (ps
-// not nil), each key's range ps[i], sz[i] (s.zeroCopy): a bad key or range
-// fails its position alone and is left out of b.keys and b.bufs.
-func newBatch(s *storeClient, ks []*C.char, ps []C.uintptr_t, sz []C.size_t) *batch {
+// newBatch validates the keys ks of a batch (NUL-terminated, or of the
+// lengths ls when ls is not nil) and, for a zero-copy batch (ps not nil),
+// each key's range ps[i], sz[i] (s.zeroCopy): a bad key or range fails its
+// position alone and is left out of b.keys and b.bufs.
+func newBatch(s *storeClient, ks []*C.char, ls []C.size_t, ps []C.uintptr_t, sz []C.size_t) *batch {
 	b := &batch{vals: make([]int64, len(ks)), errs: make([]error, len(ks))}
 	for i := range ks {
-		k, err := cKey(ks[i])
+		var k string
+		var err error
+		if ls != nil {
+			k, err = nKey("key", ks[i], ls[i])
+		} else {
+			k, err = cKey(ks[i])
+		}
 		if err != nil {
 			b.errs[i] = fmt.Errorf("keys[%d]: %w", i, err)
 			continue
@@ -301,13 +344,30 @@ func (b *batch) set(j int, v int64, err error) {
 	b.vals[b.idx[j]], b.errs[b.idx[j]] = v, err
 }
 
+// batchKeys reads the keys array of a batch of n > 0 keys and, when byLen
+// is set, its key_lens array.
+func batchKeys(keys **C.char, keyLens *C.size_t, byLen C.int, n C.size_t) ([]*C.char, []C.size_t, error) {
+	ks, err := cbridge.Slice("keys", keys, uintptr(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	if byLen == 0 {
+		return ks, nil, nil
+	}
+	ls, err := cbridge.Slice("key_lens", keyLens, uintptr(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	return ks, ls, nil
+}
+
 // keyBatch turns the C arrays of a batch of n keys into a batch and its out
 // array (named outName) into a slice; n == 0 gives an empty batch.
-func keyBatch[T any](s *storeClient, keys **C.char, n C.size_t, outName string, out *T) (*batch, []T, error) {
+func keyBatch[T any](s *storeClient, keys **C.char, keyLens *C.size_t, byLen C.int, n C.size_t, outName string, out *T) (*batch, []T, error) {
 	if n == 0 {
 		return &batch{}, nil, nil
 	}
-	ks, err := cbridge.Slice("keys", keys, uintptr(n))
+	ks, ls, err := batchKeys(keys, keyLens, byLen, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -315,16 +375,16 @@ func keyBatch[T any](s *storeClient, keys **C.char, n C.size_t, outName string, 
 	if err != nil {
 		return nil, nil, err
 	}
-	return newBatch(s, ks, nil, nil), res, nil
+	return newBatch(s, ks, ls, nil, nil), res, nil
 }
 
 // zeroCopyBatch is keyBatch for a zero-copy batch, with its ptrs and sizes
 // arrays.
-func zeroCopyBatch[T any](s *storeClient, keys **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, outName string, out *T) (*batch, []T, error) {
+func zeroCopyBatch[T any](s *storeClient, keys **C.char, keyLens *C.size_t, byLen C.int, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, outName string, out *T) (*batch, []T, error) {
 	if n == 0 {
 		return &batch{}, nil, nil
 	}
-	ks, err := cbridge.Slice("keys", keys, uintptr(n))
+	ks, ls, err := batchKeys(keys, keyLens, byLen, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -340,7 +400,7 @@ func zeroCopyBatch[T any](s *storeClient, keys **C.char, ptrs *C.uintptr_t, size
 	if err != nil {
 		return nil, nil, err
 	}
-	return newBatch(s, ks, ps, sz), res, nil
+	return newBatch(s, ks, ls, ps, sz), res, nil
 }
 
 // report ends a batch call that was carried out: each position's result, or
@@ -357,15 +417,15 @@ func report[T ~int32 | ~int64](fn string, b *batch, out []T) int32 {
 }
 
 //export mcgo_store_batch_put_from
-func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int32_t) (rc int32) {
+func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_batch_put_from"
+	fn := fnName("mc_store_batch_put_from", byLen)
 	s, err := begin(h)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	b, codes, err := zeroCopyBatch(s, keys, ptrs, sizes, n, "out_codes", out)
+	b, codes, err := zeroCopyBatch(s, keys, keyLens, byLen, ptrs, sizes, n, "out_codes", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -378,15 +438,15 @@ func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, s
 }
 
 //export mcgo_store_batch_get_into
-func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
+func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_batch_get_into"
+	fn := fnName("mc_store_batch_get_into", byLen)
 	s, err := begin(h)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	b, results, err := zeroCopyBatch(s, keys, ptrs, sizes, n, "out_results", out)
+	b, results, err := zeroCopyBatch(s, keys, keyLens, byLen, ptrs, sizes, n, "out_results", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -400,10 +460,10 @@ func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, ptrs *C.uintptr_t, s
 }
 
 //export mcgo_store_is_exist
-func mcgo_store_is_exist(h C.uint64_t, key *C.char) (rc int32) {
+func mcgo_store_is_exist(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_is_exist"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_is_exist", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -420,15 +480,15 @@ func mcgo_store_is_exist(h C.uint64_t, key *C.char) (rc int32) {
 }
 
 //export mcgo_store_batch_is_exist
-func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.size_t, out *C.int32_t) (rc int32) {
+func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, n C.size_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_batch_is_exist"
+	fn := fnName("mc_store_batch_is_exist", byLen)
 	s, err := begin(h)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	b, res, err := keyBatch(s, keys, n, "out", out)
+	b, res, err := keyBatch(s, keys, keyLens, byLen, n, "out", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -449,10 +509,10 @@ func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, n C.size_t, out *C.i
 }
 
 //export mcgo_store_remove
-func mcgo_store_remove(h C.uint64_t, key *C.char, force C.int) (rc int32) {
+func mcgo_store_remove(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, force C.int) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_remove"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_remove", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
@@ -461,10 +521,10 @@ func mcgo_store_remove(h C.uint64_t, key *C.char, force C.int) (rc int32) {
 }
 
 //export mcgo_store_get_size
-func mcgo_store_get_size(h C.uint64_t, key *C.char, out *C.uint64_t) (rc int32) {
+func mcgo_store_get_size(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
-	const fn = "mc_store_get_size"
-	s, k, err := beginKey(h, key)
+	fn := fnName("mc_store_get_size", byLen)
+	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}

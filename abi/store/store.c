@@ -45,46 +45,99 @@ int mc_store_unregister_buffer(mc_store_t* store, void* ptr) {
   return mcgo_store_unregister_buffer(handle_of(store), (uintptr_t)ptr);
 }
 
+// The key functions come in two forms (store.h): a NUL-terminated key
+// (by_len 0: the Go side measures it, reading at most
+// MC_STORE_MAX_KEY_LEN + 1 bytes) and a key given by pointer and length
+// (the _n forms, by_len 1).
+#define CSTR 0, 0
+#define BYLEN(len) (len), 1
+
 int mc_store_put(mc_store_t* store, const char* key, const void* value, size_t size) {
-  return mcgo_store_put(handle_of(store), (char*)key, (uintptr_t)value, size);
+  return mcgo_store_put(handle_of(store), (char*)key, CSTR, (uintptr_t)value, size);
+}
+
+int mc_store_put_n(mc_store_t* store, const char* key, size_t key_len, const void* value, size_t size) {
+  return mcgo_store_put(handle_of(store), (char*)key, BYLEN(key_len), (uintptr_t)value, size);
 }
 
 int mc_store_get(mc_store_t* store, const char* key, void* buf, size_t cap, size_t* out_size) {
-  return mcgo_store_get(handle_of(store), (char*)key, (uintptr_t)buf, cap, out_size);
+  return mcgo_store_get(handle_of(store), (char*)key, CSTR, (uintptr_t)buf, cap, out_size);
+}
+
+int mc_store_get_n(mc_store_t* store, const char* key, size_t key_len, void* buf, size_t cap, size_t* out_size) {
+  return mcgo_store_get(handle_of(store), (char*)key, BYLEN(key_len), (uintptr_t)buf, cap, out_size);
 }
 
 int mc_store_put_from(mc_store_t* store, const char* key, void* ptr, size_t size) {
-  return mcgo_store_put_from(handle_of(store), (char*)key, (uintptr_t)ptr, size);
+  return mcgo_store_put_from(handle_of(store), (char*)key, CSTR, (uintptr_t)ptr, size);
+}
+
+int mc_store_put_from_n(mc_store_t* store, const char* key, size_t key_len, void* ptr, size_t size) {
+  return mcgo_store_put_from(handle_of(store), (char*)key, BYLEN(key_len), (uintptr_t)ptr, size);
 }
 
 int mc_store_get_into(mc_store_t* store, const char* key, void* ptr, size_t size, int64_t* out_read) {
-  return mcgo_store_get_into(handle_of(store), (char*)key, (uintptr_t)ptr, size, out_read);
+  return mcgo_store_get_into(handle_of(store), (char*)key, CSTR, (uintptr_t)ptr, size, out_read);
+}
+
+int mc_store_get_into_n(mc_store_t* store, const char* key, size_t key_len, void* ptr, size_t size,
+                        int64_t* out_read) {
+  return mcgo_store_get_into(handle_of(store), (char*)key, BYLEN(key_len), (uintptr_t)ptr, size, out_read);
 }
 
 int mc_store_batch_put_from(mc_store_t* store, const char* const* keys, void* const* ptrs,
                             const size_t* sizes, size_t n, int32_t* out_codes) {
-  return mcgo_store_batch_put_from(handle_of(store), (char**)keys, (uintptr_t*)ptrs, (size_t*)sizes, n,
+  return mcgo_store_batch_put_from(handle_of(store), (char**)keys, NULL, 0, (uintptr_t*)ptrs, (size_t*)sizes, n,
                                    out_codes);
+}
+
+int mc_store_batch_put_from_n(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* ptrs, const size_t* sizes, size_t n, int32_t* out_codes) {
+  return mcgo_store_batch_put_from(handle_of(store), (char**)keys, (size_t*)key_lens, 1, (uintptr_t*)ptrs,
+                                   (size_t*)sizes, n, out_codes);
 }
 
 int mc_store_batch_get_into(mc_store_t* store, const char* const* keys, void* const* ptrs,
                             const size_t* sizes, size_t n, int64_t* out_results) {
-  return mcgo_store_batch_get_into(handle_of(store), (char**)keys, (uintptr_t*)ptrs, (size_t*)sizes, n,
+  return mcgo_store_batch_get_into(handle_of(store), (char**)keys, NULL, 0, (uintptr_t*)ptrs, (size_t*)sizes, n,
                                    out_results);
 }
 
+int mc_store_batch_get_into_n(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* ptrs, const size_t* sizes, size_t n, int64_t* out_results) {
+  return mcgo_store_batch_get_into(handle_of(store), (char**)keys, (size_t*)key_lens, 1, (uintptr_t*)ptrs,
+                                   (size_t*)sizes, n, out_results);
+}
+
 int mc_store_is_exist(mc_store_t* store, const char* key) {
-  return mcgo_store_is_exist(handle_of(store), (char*)key);
+  return mcgo_store_is_exist(handle_of(store), (char*)key, CSTR);
+}
+
+int mc_store_is_exist_n(mc_store_t* store, const char* key, size_t key_len) {
+  return mcgo_store_is_exist(handle_of(store), (char*)key, BYLEN(key_len));
 }
 
 int mc_store_batch_is_exist(mc_store_t* store, const char* const* keys, size_t n, int32_t* out) {
-  return mcgo_store_batch_is_exist(handle_of(store), (char**)keys, n, out);
+  return mcgo_store_batch_is_exist(handle_of(store), (char**)keys, NULL, 0, n, out);
+}
+
+int mc_store_batch_is_exist_n(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                              int32_t* out) {
+  return mcgo_store_batch_is_exist(handle_of(store), (char**)keys, (size_t*)key_lens, 1, n, out);
 }
 
 int mc_store_remove(mc_store_t* store, const char* key, int force) {
-  return mcgo_store_remove(handle_of(store), (char*)key, force);
+  return mcgo_store_remove(handle_of(store), (char*)key, CSTR, force);
+}
+
+int mc_store_remove_n(mc_store_t* store, const char* key, size_t key_len, int force) {
+  return mcgo_store_remove(handle_of(store), (char*)key, BYLEN(key_len), force);
 }
 
 int mc_store_get_size(mc_store_t* store, const char* key, uint64_t* out_size) {
-  return mcgo_store_get_size(handle_of(store), (char*)key, out_size);
+  return mcgo_store_get_size(handle_of(store), (char*)key, CSTR, out_size);
+}
+
+int mc_store_get_size_n(mc_store_t* store, const char* key, size_t key_len, uint64_t* out_size) {
+  return mcgo_store_get_size(handle_of(store), (char*)key, BYLEN(key_len), out_size);
 }

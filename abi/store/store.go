@@ -28,8 +28,8 @@ import (
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
-// MaxKeyLen is MC_STORE_MAX_KEY_LEN, the master's limit.
-const MaxKeyLen = 4096
+// MaxKeyLen is MC_STORE_MAX_KEY_LEN, the master's limit (store.MaxKeyLen).
+const MaxKeyLen = mcstore.MaxKeyLen
 
 // setupTimeout bounds mc_store_setup and the registration calls (metadata
 // and master I/O). The data calls have no deadline of their own: every
@@ -80,14 +80,14 @@ func unsupported(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", transfer.ErrUnsupported, fmt.Sprintf(format, args...))
 }
 
-// checkKey validates a key: non-empty (MC_ERR_INVALID_ARGUMENT), at most
-// MaxKeyLen bytes (INVALID_KEY).
+// checkKey validates a key: any bytes, non-empty (MC_ERR_INVALID_ARGUMENT),
+// at most MaxKeyLen bytes (INVALID_KEY).
 func checkKey(key string) error {
 	if key == "" {
-		return invalid("key is empty")
+		return invalid("key is empty (a key is 1 to %d bytes)", MaxKeyLen)
 	}
 	if len(key) > MaxKeyLen {
-		return mcstore.Errorf(mcstore.InvalidKey, "key of %d bytes exceeds %d", len(key), MaxKeyLen)
+		return mcstore.Errorf(mcstore.InvalidKey, "key of %d bytes is longer than MC_STORE_MAX_KEY_LEN (%d)", len(key), MaxKeyLen)
 	}
 	return nil
 }
@@ -374,7 +374,7 @@ func (s *storeClient) remove(key string, force bool) error {
 func (s *storeClient) getSize(key string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := s.rpc.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: s.c.ID(), Keys: []string{key}})
+	r, err := s.rpc.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: s.c.ID(), Keys: [][]byte{[]byte(key)}})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 			return 0, mcstore.Errorf(mcstore.RPCTimeout, "get replica list: %v", err)

@@ -248,6 +248,12 @@ func TestCheckKey(t *testing.T) {
 	if err := checkKey(strings.Repeat("k", MaxKeyLen)); err != nil {
 		t.Fatal(err)
 	}
+	// Keys are bytes.
+	for _, k := range []string{"\xff\xfe", "a\x00b", "\x00"} {
+		if err := checkKey(k); err != nil {
+			t.Fatalf("checkKey(%q): %v", k, err)
+		}
+	}
 }
 
 func TestDestroyWaitsForCalls(t *testing.T) {
@@ -356,7 +362,7 @@ func TestEtcdMetadata(t *testing.T) {
 }
 
 func TestABIVersion(t *testing.T) {
-	if storeABIVersion != 1<<16 {
-		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.0", storeABIVersion)
+	if storeABIVersion != 1<<16|1 {
+		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.1 (1.1: the _n functions)", storeABIVersion)
 	}
 }

@@ -91,6 +91,22 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  /* Keys as bytes (the _n forms): NUL inside, not UTF-8. */
+  static const char bkey[] = {'c', '\0', (char)0xff, 'k'};
+  CHECK(mc_store_put_n(s, bkey, sizeof bkey, msg, 5));
+  CHECK(mc_store_get_n(s, bkey, sizeof bkey, got, sizeof got, &n));
+  if (n != 5 || memcmp(got, msg, n) != 0) {
+    fprintf(stderr, "store_smoke: get_n %zu bytes\n", n);
+    return 1;
+  }
+  if (mc_store_is_exist_n(s, bkey, sizeof bkey) != 1 || mc_store_is_exist(s, "c") != 0) {
+    fprintf(stderr, "store_smoke: is_exist_n of a key with NUL\n");
+    return 1;
+  }
+  EXPECT(mc_store_put_n(s, bkey, 0, msg, 5), MC_ERR_INVALID_ARGUMENT);
+  EXPECT(mc_store_put_n(s, bkey, MC_STORE_MAX_KEY_LEN + 1, msg, 5), MC_STORE_ERR_INVALID_KEY);
+  CHECK(mc_store_remove_n(s, bkey, sizeof bkey, 1));
+
   /* Zero copy, in a batch. */
   unsigned char* src = malloc(BLOCKS * BLK);
   unsigned char* dst = calloc(1, BLOCKS * BLK);

@@ -33,9 +33,13 @@
  *    NULL arrays with n > 0, an array running past the end of the address
  *    space.
  *
- * Keys are NUL-terminated byte strings of 1 to MC_STORE_MAX_KEY_LEN bytes
- * (not including the NUL); NULL or "" is MC_ERR_INVALID_ARGUMENT, a longer
- * key MC_STORE_ERR_INVALID_KEY. Keys and values are never retained. Values
+ * Keys are bytes, 1 to MC_STORE_MAX_KEY_LEN of them: any byte value, not
+ * necessarily UTF-8 (upstream's keys are std::string). The plain functions
+ * take a key as a NUL-terminated string, as upstream's store_c.h (so it
+ * cannot hold NUL); each has an _n twin (ABI 1.1, at the end of this
+ * header) that takes the key as a pointer and a length, for keys with any
+ * byte. NULL, "" or a zero length is MC_ERR_INVALID_ARGUMENT, a longer key
+ * MC_STORE_ERR_INVALID_KEY. Keys and values are never retained. Values
  * are 1 byte or more (a zero-length value is MC_ERR_INVALID_ARGUMENT, as
  * upstream rejects zero-length puts). A key, once stored, keeps its value:
  * putting an existing key succeeds and changes nothing (upstream's
@@ -60,7 +64,7 @@ extern "C" {
 #endif
 
 #define MC_STORE_ABI_VERSION_MAJOR 1
-#define MC_STORE_ABI_VERSION_MINOR 0
+#define MC_STORE_ABI_VERSION_MINOR 1 /* 1: the _n functions (keys by pointer and length) */
 #define MC_STORE_ABI_VERSION ((uint32_t)((MC_STORE_ABI_VERSION_MAJOR << 16) | MC_STORE_ABI_VERSION_MINOR))
 
 /* Longest key accepted, in bytes (the master's limit). */
@@ -284,6 +288,33 @@ int mc_store_remove(mc_store_t* store, const char* key, int force);
  * MC_STORE_ERR_OBJECT_NOT_FOUND, MC_STORE_ERR_REPLICA_IS_NOT_READY.
  */
 int mc_store_get_size(mc_store_t* store, const char* key, uint64_t* out_size);
+
+/*
+ * Keys by pointer and length (ABI 1.1). Each function below is its
+ * namesake without _n, with the key given as key[0..key_len) instead of a
+ * NUL-terminated string, so that it may hold any byte, NUL included. key is
+ * read during the call only and need not be NUL-terminated. key NULL or
+ * key_len 0 is MC_ERR_INVALID_ARGUMENT, key_len above MC_STORE_MAX_KEY_LEN
+ * MC_STORE_ERR_INVALID_KEY (the key is then not read). The batch forms take
+ * key_lens[i] as the length of keys[i]; a bad key fails its position
+ * alone, and key_lens NULL with n > 0 fails the call
+ * (MC_ERR_INVALID_ARGUMENT). Everything else (codes, mc_last_error, memory
+ * rules) is as the plain function's.
+ */
+int mc_store_put_n(mc_store_t* store, const char* key, size_t key_len, const void* value, size_t size);
+int mc_store_get_n(mc_store_t* store, const char* key, size_t key_len, void* buf, size_t cap, size_t* out_size);
+int mc_store_put_from_n(mc_store_t* store, const char* key, size_t key_len, void* ptr, size_t size);
+int mc_store_get_into_n(mc_store_t* store, const char* key, size_t key_len, void* ptr, size_t size,
+                        int64_t* out_read);
+int mc_store_batch_put_from_n(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* ptrs, const size_t* sizes, size_t n, int32_t* out_codes);
+int mc_store_batch_get_into_n(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* ptrs, const size_t* sizes, size_t n, int64_t* out_results);
+int mc_store_is_exist_n(mc_store_t* store, const char* key, size_t key_len);
+int mc_store_batch_is_exist_n(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                              int32_t* out);
+int mc_store_remove_n(mc_store_t* store, const char* key, size_t key_len, int force);
+int mc_store_get_size_n(mc_store_t* store, const char* key, size_t key_len, uint64_t* out_size);
 
 #ifdef __cplusplus
 }

@@ -150,12 +150,13 @@ def _load_locked():
     )
 
 
-def require(symbol, major, protos):
+def require(symbol, major, protos, minor=0):
     """Loads the library, checks that the adapter version function symbol
-    (e.g. "mc_store_abi_version") exists and returns the given major, and
-    declares protos ({name: (restype, argtypes)}) once. Returns the library.
-    Raises LibraryLoadError when the library lacks the adapter or speaks
-    another major of its ABI."""
+    (e.g. "mc_store_abi_version") exists and returns the given major and at
+    least the given minor, and declares protos ({name: (restype,
+    argtypes)}) once. Returns the library. Raises LibraryLoadError when the
+    library lacks the adapter, speaks another major of its ABI, or an older
+    minor than the calls in protos need."""
     lib = load()
     with _lock:
         if (symbol, major) in _required:
@@ -168,6 +169,13 @@ def require(symbol, major, protos):
         v = fn()
         if v >> 16 != major:
             raise LibraryLoadError(f"{_path}: {symbol}() is {v >> 16}.{v & 0xFFFF}, this package needs {major}.x", [_path], _path)
+        if v & 0xFFFF < minor:
+            raise LibraryLoadError(
+                f"{_path}: {symbol}() is {v >> 16}.{v & 0xFFFF}, this package needs {major}.{minor} or later "
+                "(install matching versions of mooncake_go and libmooncake.so)",
+                [_path],
+                _path,
+            )
         for name, (restype, argtypes) in protos.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = restype, argtypes

@@ -18,6 +18,12 @@ except where a common code already has upstream's value (store.h): e.g.
 NO_AVAILABLE_HANDLE is -1200 here, not -200, and a NULL/empty argument is
 -1 (upstream returns -1 for any error from is_exist).
 
+Keys are bytes: a key may be bytes (any byte, NUL included, not
+necessarily UTF-8; bytearray and memoryview too) or str (encoded UTF-8),
+1 to MAX_KEY_LEN bytes; the calls pass it to the library with its length
+(store.h's _n functions), so str and the bytes of its UTF-8 encoding name
+the same key.
+
 Pointers are ints (addresses); buffers passed to put_from / get_into and the
 batch forms must lie inside memory registered with register_buffer and stay
 valid until unregister_buffer. The library is loaded by setup(), not at
@@ -40,6 +46,7 @@ from .errors import (
 )
 
 STORE_ABI_MAJOR = 1
+STORE_ABI_MINOR = 1  # the _n functions: keys by pointer and length
 MAX_KEY_LEN = 4096  # MC_STORE_MAX_KEY_LEN
 MIB = 1 << 20
 
@@ -47,6 +54,8 @@ _H = ctypes.c_void_p  # mc_store_t*: opaque
 _P = ctypes.c_void_p
 _S = ctypes.c_size_t
 _STR = ctypes.c_char_p
+_KEYS = ctypes.POINTER(_STR)  # const char* const* keys
+_LENS = ctypes.POINTER(_S)  # const size_t* key_lens / sizes
 _PROTOS = {
     "mc_store_setup": (
         ctypes.c_int,
@@ -66,24 +75,35 @@ _PROTOS = {
     "mc_store_batch_is_exist": (ctypes.c_int, [_H, ctypes.POINTER(_STR), _S, ctypes.POINTER(ctypes.c_int32)]),
     "mc_store_remove": (ctypes.c_int, [_H, _STR, ctypes.c_int]),
     "mc_store_get_size": (ctypes.c_int, [_H, _STR, ctypes.POINTER(ctypes.c_uint64)]),
+    # Keys by pointer and length (ABI 1.1); the calls below use these.
+    "mc_store_put_n": (ctypes.c_int, [_H, _STR, _S, _P, _S]),
+    "mc_store_get_n": (ctypes.c_int, [_H, _STR, _S, _P, _S, ctypes.POINTER(_S)]),
+    "mc_store_put_from_n": (ctypes.c_int, [_H, _STR, _S, _P, _S]),
+    "mc_store_get_into_n": (ctypes.c_int, [_H, _STR, _S, _P, _S, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_store_batch_put_from_n": (ctypes.c_int, [_H, _KEYS, _LENS, ctypes.POINTER(_P), _LENS, _S, ctypes.POINTER(ctypes.c_int32)]),
+    "mc_store_batch_get_into_n": (ctypes.c_int, [_H, _KEYS, _LENS, ctypes.POINTER(_P), _LENS, _S, ctypes.POINTER(ctypes.c_int64)]),
+    "mc_store_is_exist_n": (ctypes.c_int, [_H, _STR, _S]),
+    "mc_store_batch_is_exist_n": (ctypes.c_int, [_H, _KEYS, _LENS, _S, ctypes.POINTER(ctypes.c_int32)]),
+    "mc_store_remove_n": (ctypes.c_int, [_H, _STR, _S, ctypes.c_int]),
+    "mc_store_get_size_n": (ctypes.c_int, [_H, _STR, _S, ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 
 def _library():
-    return _lib.require("mc_store_abi_version", STORE_ABI_MAJOR, _PROTOS)
+    return _lib.require("mc_store_abi_version", STORE_ABI_MAJOR, _PROTOS, STORE_ABI_MINOR)
 
 
 def _key(key):
-    """A key as bytes for a const char*: str (UTF-8) or bytes, without NUL."""
+    """A key as bytes: str is encoded UTF-8; bytes, bytearray and memoryview
+    are taken byte for byte (NUL and bytes that are not UTF-8 included).
+    Emptiness and length are checked by the library (the _n calls)."""
     if isinstance(key, str):
-        key = key.encode("utf-8")
-    elif isinstance(key, (bytearray, memoryview)):
-        key = bytes(key)
-    elif not isinstance(key, bytes):
-        raise error_for(ERR_INVALID_ARGUMENT, f"key must be str or bytes, not {type(key).__name__}")
-    if b"\0" in key:
-        raise error_for(ERR_INVALID_ARGUMENT, "key contains a NUL byte")
-    return key
+        return key.encode("utf-8")
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, (bytearray, memoryview)):
+        return bytes(key)
+    raise error_for(ERR_INVALID_ARGUMENT, f"key must be str or bytes, not {type(key).__name__}")
 
 
 def _readable(value):
@@ -227,12 +247,14 @@ class Store:
         n = len(keys)
         if ptrs is not None and (len(ptrs) != n or len(sizes) != n):
             raise error_for(ERR_INVALID_ARGUMENT, f"{n} keys, {len(ptrs)} pointers, {len(sizes)} sizes")
-        k = (_STR * max(n, 1))(*[_key(x) for x in keys])
+        kb = [_key(x) for x in keys]
+        k = (_STR * max(n, 1))(*kb)
+        kl = (_S * max(n, 1))(*[len(x) for x in kb])
         if ptrs is None:
-            return n, k, None, None
+            return n, k, kl, None, None
         p = (_P * max(n, 1))(*[int(x) for x in ptrs])
         s = (_S * max(n, 1))(*[int(x) for x in sizes])
-        return n, k, p, s
+        return n, k, kl, p, s
 
     # -- calls ----------------------------------------------------------------
 
@@ -259,15 +281,17 @@ class Store:
         the client's local buffer. An existing key keeps its value."""
         lib, h = self._handle()
         arg, n, keep = _readable(value)
-        rc = lib.mc_store_put(h, _key(key), arg, n)
+        k = _key(key)
+        rc = lib.mc_store_put_n(h, k, len(k), arg, n)
         del keep
-        self._check(lib, rc, "mc_store_put")
+        self._check(lib, rc, "mc_store_put_n")
 
     def get_size(self, key):
         """The size in bytes of key's value."""
         lib, h = self._handle()
         out = ctypes.c_uint64()
-        self._check(lib, lib.mc_store_get_size(h, _key(key), ctypes.byref(out)), "mc_store_get_size")
+        k = _key(key)
+        self._check(lib, lib.mc_store_get_size_n(h, k, len(k), ctypes.byref(out)), "mc_store_get_size_n")
         return out.value
 
     def get(self, key):
@@ -278,61 +302,65 @@ class Store:
             size = self.get_size(k)
             buf = ctypes.create_string_buffer(max(size, 1))
             n = _S()
-            rc = lib.mc_store_get(h, k, buf, len(buf), ctypes.byref(n))
+            rc = lib.mc_store_get_n(h, k, len(k), buf, len(buf), ctypes.byref(n))
             if rc == STORE_ERR_BUFFER_OVERFLOW and size < self.get_size(k):
                 continue
-            self._check(lib, rc, "mc_store_get")
+            self._check(lib, rc, "mc_store_get_n")
             return buf.raw[: n.value]
-        self._check(lib, rc, "mc_store_get")
+        self._check(lib, rc, "mc_store_get_n")
 
     def put_from(self, key, ptr, size):
         """Stores [ptr, ptr+size) (registered memory) under key, zero copy."""
         lib, h = self._handle()
-        self._check(lib, lib.mc_store_put_from(h, _key(key), ptr, size), "mc_store_put_from")
+        k = _key(key)
+        self._check(lib, lib.mc_store_put_from_n(h, k, len(k), ptr, size), "mc_store_put_from_n")
 
     def get_into(self, key, ptr, size):
         """Reads key's value into [ptr, ptr+size) (registered memory), zero
         copy; returns the bytes read."""
         lib, h = self._handle()
         out = ctypes.c_int64()
-        self._check(lib, lib.mc_store_get_into(h, _key(key), ptr, size, ctypes.byref(out)), "mc_store_get_into")
+        k = _key(key)
+        self._check(lib, lib.mc_store_get_into_n(h, k, len(k), ptr, size, ctypes.byref(out)), "mc_store_get_into_n")
         return out.value
 
     def batch_put_from(self, keys, ptrs, sizes):
         """Stores each [ptrs[i], +sizes[i]) under keys[i]; returns one code
         per key (0, or that key's negative code)."""
         lib, h = self._handle()
-        n, k, p, s = self._arrays(keys, ptrs, sizes)
+        n, k, kl, p, s = self._arrays(keys, ptrs, sizes)
         out = (ctypes.c_int32 * max(n, 1))()
-        self._check(lib, lib.mc_store_batch_put_from(h, k, p, s, n, out), "mc_store_batch_put_from")
+        self._check(lib, lib.mc_store_batch_put_from_n(h, k, kl, p, s, n, out), "mc_store_batch_put_from_n")
         return list(out[:n])
 
     def batch_get_into(self, keys, ptrs, sizes):
         """Reads keys[i] into [ptrs[i], +sizes[i]); returns per key the
         bytes read or that key's negative code."""
         lib, h = self._handle()
-        n, k, p, s = self._arrays(keys, ptrs, sizes)
+        n, k, kl, p, s = self._arrays(keys, ptrs, sizes)
         out = (ctypes.c_int64 * max(n, 1))()
-        self._check(lib, lib.mc_store_batch_get_into(h, k, p, s, n, out), "mc_store_batch_get_into")
+        self._check(lib, lib.mc_store_batch_get_into_n(h, k, kl, p, s, n, out), "mc_store_batch_get_into_n")
         return list(out[:n])
 
     def is_exist(self, key):
         """Whether key has a readable replica (True grants a lease)."""
         lib, h = self._handle()
-        return self._check(lib, lib.mc_store_is_exist(h, _key(key)), "mc_store_is_exist") == 1
+        k = _key(key)
+        return self._check(lib, lib.mc_store_is_exist_n(h, k, len(k)), "mc_store_is_exist_n") == 1
 
     def batch_is_exist(self, keys):
         """Per key: 1 (exists), 0 (not) or that key's negative code."""
         lib, h = self._handle()
-        n, k, _, _ = self._arrays(keys)
+        n, k, kl, _, _ = self._arrays(keys)
         out = (ctypes.c_int32 * max(n, 1))()
-        self._check(lib, lib.mc_store_batch_is_exist(h, k, n, out), "mc_store_batch_is_exist")
+        self._check(lib, lib.mc_store_batch_is_exist_n(h, k, kl, n, out), "mc_store_batch_is_exist_n")
         return list(out[:n])
 
     def remove(self, key, force=False):
         """Deletes key (force: even while a reader holds a lease)."""
         lib, h = self._handle()
-        self._check(lib, lib.mc_store_remove(h, _key(key), 1 if force else 0), "mc_store_remove")
+        k = _key(key)
+        self._check(lib, lib.mc_store_remove_n(h, k, len(k), 1 if force else 0), "mc_store_remove_n")
 
 
 def _code(f, *args, **kwargs):

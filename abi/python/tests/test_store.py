@@ -147,8 +147,14 @@ def test_bad_inputs(store, pool):
         store.put("k" * 4097, b"x")
     assert e.value.code == errors.STORE_ERR_INVALID_KEY == -400
     store.put("k" * 4096, b"x")
+    with pytest.raises(mooncake_go.InvalidArgumentError) as e:
+        store.put(b"\xff" * 4097, b"x")
+    assert e.value.code == errors.STORE_ERR_INVALID_KEY and "longer than MC_STORE_MAX_KEY_LEN (4096)" in e.value.message
+    with pytest.raises(mooncake_go.InvalidArgumentError) as e:
+        store.get(b"")
+    assert e.value.code == errors.ERR_INVALID_ARGUMENT and "key is empty" in e.value.message
     with pytest.raises(mooncake_go.InvalidArgumentError):
-        store.put("k\0k", b"x")
+        store.put(42, b"x")
     with pytest.raises(mooncake_go.InvalidArgumentError):
         store.put(unique("empty"), b"")
     with pytest.raises(mooncake_go.InvalidArgumentError):
@@ -181,6 +187,57 @@ def test_bad_inputs(store, pool):
     s.close()  # a second close does nothing
     with pytest.raises(mooncake_go.InvalidHandleError):
         s.put("k", b"v")
+
+
+def test_binary_keys(store, pool):
+    """Keys are bytes: NUL and bytes that are not UTF-8 round-trip through
+    every call; str keys are their UTF-8 bytes."""
+    tag = uuid.uuid4().bytes
+    keys = [tag + b"\xff\xfe", tag + b"a\x00b", b"\x00" + tag, tag + b"\x80", (tag + b"\xfe" * 4096)[:4096]]
+    for i, k in enumerate(keys):
+        v = bytes([i]) * (100 + i)
+        store.put(k, v)
+        assert store.get(k) == v
+        assert store.get_size(k) == len(v)
+        assert store.is_exist(k) is True
+        assert store.get(bytearray(k)) == v
+        assert store.get(memoryview(k)) == v
+    assert store.is_exist(tag + b"a") is False  # "a\0b" is not "a"
+    text = unique("日本")
+    store.put(text, b"text key")
+    assert store.get(text.encode("utf-8")) == b"text key"
+
+    buf = Registered(store, 1 << 20)
+    bkeys = [tag + b"\xff1", tag + b"\x002", tag + b"\xc3\x28"]
+    ptrs = [buf.addr + i * 4096 for i in range(3)]
+    ctypes.memmove(buf.addr, os.urandom(3 * 4096), 3 * 4096)
+    want = ctypes.string_at(buf.addr, 3 * 4096)
+    assert store.batch_put_from(bkeys, ptrs, [4096] * 3) == [0] * 3
+    assert store.batch_is_exist(bkeys + [tag + b"\xffnone", b""]) == [1, 1, 1, 0, errors.ERR_INVALID_ARGUMENT]
+    back = [buf.addr + (64 + i) * 4096 for i in range(3)]
+    assert store.batch_get_into(bkeys, back, [4096] * 3) == [4096] * 3
+    assert ctypes.string_at(back[0], 3 * 4096) == want
+    store.put_from(tag + b"\x00zc", buf.addr, 100)
+    assert store.get_into(tag + b"\x00zc", buf.addr + 200 * 4096, 4096) == 100
+    store.unregister_buffer(buf.addr)
+
+    for k in keys + bkeys + [tag + b"\x00zc"]:
+        store.remove(k, force=True)
+        assert store.is_exist(k) is False
+    with pytest.raises(mooncake_go.NotFoundError):
+        store.remove(keys[0], force=True)
+
+    # The upstream-convention class takes bytes keys too.
+    s = mooncake_go.MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", pool.url, 0, 4 * MIB, "tcp", "", pool.rpc) == 0
+    assert s.put(tag + b"\xff", b"v") == 0
+    assert store.get(tag + b"\xff") == b"v"  # another client sees the same key
+    assert s.get(tag + b"\xff") == b"v"
+    assert s.is_exist(tag + b"\xff") == 1
+    assert s.get_size(b"") == errors.ERR_INVALID_ARGUMENT
+    assert s.remove(tag + b"\xff", True) == 0
+    assert s.get(tag + b"\xff") == b""
+    assert s.close() == 0
 
 
 def test_upstream_conventions(lib_path, pool):
@@ -326,6 +383,29 @@ def test_version_check(tmp_path):
     out = run_python(code, MOONCAKE_GO_LIB=str(lib))
     lines = out.strip().split("\n")
     assert len(lines) == 2 and all(f"{lib} has C ABI version 2.3" in l and "needs 1.x" in l for l in lines), out
+
+
+def test_store_minor_check(tmp_path):
+    """A library whose store ABI predates the _n calls (1.0) is refused with
+    a clear LibraryLoadError, not an AttributeError on a missing symbol."""
+    lib = fake_library(
+        tmp_path,
+        "unsigned mc_abi_version(void) { return 1u << 16; }\n"
+        "const char* mc_last_error(void) { return \"\"; }\n"
+        "void mc_buf_free(void* p) { (void)p; }\n"
+        "unsigned mc_store_abi_version(void) { return 1u << 16; }\n",
+    )
+    out = run_python(
+        """
+        import mooncake_go
+        try:
+            mooncake_go.Store().setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", "127.0.0.1:1")
+        except mooncake_go.LibraryLoadError as e:
+            print(e)
+        """,
+        MOONCAKE_GO_LIB=str(lib),
+    )
+    assert "mc_store_abi_version() is 1.0, this package needs 1.1 or later" in out, out
 
 
 def test_not_mooncake(tmp_path):

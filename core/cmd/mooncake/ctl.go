@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 )
 
@@ -27,7 +28,12 @@ func ctlCmd() *cobra.Command {
 		Use:   "ctl",
 		Short: "Inspect and administer a running master's pool: segments, keys, stat, remove, remove-regex, usage",
 		Long: `Inspect and administer a running master's pool over its gRPC port.
-Listing and stat grant no lease. Sizes are in bytes.`,
+Listing and stat grant no lease. Sizes are in bytes.
+
+Keys are bytes. A key that is not printable UTF-8, or that holds '"' or
+'\', is printed Go-quoted ("\xff\xfe", "a\x00b"); a KEY argument or
+--prefix that starts with '"' is read back the same way, so a printed key
+can be pasted as it is.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return &exitError{2, fmt.Sprintf("mooncake ctl: unknown command %q (want segments, keys, stat, remove, remove-regex or usage)", args[0])}
@@ -98,14 +104,18 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 			if limit < 0 {
 				return &exitError{2, fmt.Sprintf("mooncake ctl keys: --limit %d: must be >= 0 (0 = all)", limit)}
 			}
-			ks, total, err := a.ListKeys(ctx, prefix, limit)
+			p, err := store.ParseKeyText(prefix)
+			if err != nil {
+				return &exitError{2, fmt.Sprintf("mooncake ctl keys: --prefix: %s", oneLineErr(err))}
+			}
+			ks, total, err := a.ListKeys(ctx, p, limit)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KEY\tSIZE\tSTATE\tREPLICAS\tLEASE\tPIN")
 			for _, k := range ks {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", k.Key, k.Size, state(k), len(k.Replicas), leaseText(k.LeaseLeft), pinText(k))
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", store.KeyText(k.Key), k.Size, state(k), len(k.Replicas), leaseText(k.LeaseLeft), pinText(k))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -116,7 +126,7 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 			return nil
 		}),
 	}
-	keys.Flags().StringVar(&prefix, "prefix", "", "only keys starting with this")
+	keys.Flags().StringVar(&prefix, "prefix", "", `only keys starting with this (Go-quoted if it starts with '"')`)
 	keys.Flags().IntVar(&limit, "limit", 1000, "at most this many keys (0 = all)")
 
 	stat := &cobra.Command{
@@ -124,12 +134,16 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 		Short: "Show one readable key: size, replicas and where they are, lease, pins",
 		Args:  cobra.ArbitraryArgs,
 		RunE: run("stat", 1, func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error {
-			k, err := a.Stat(ctx, args[0])
+			key, err := keyArg("stat", args[0])
+			if err != nil {
+				return err
+			}
+			k, err := a.Stat(ctx, key)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "key\t%s\n", k.Key)
+			fmt.Fprintf(tw, "key\t%s\n", store.KeyText(k.Key))
 			fmt.Fprintf(tw, "size\t%d (%s)\n", k.Size, geometry.FormatSize(int64(k.Size)))
 			fmt.Fprintf(tw, "replicas\t%d\n", len(k.Replicas))
 			for i, r := range k.Replicas {
@@ -155,10 +169,14 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 		Short: "Remove one key (--force: even if leased or hard-pinned)",
 		Args:  cobra.ArbitraryArgs,
 		RunE: run("remove", 1, func(ctx context.Context, a *client.Admin, out io.Writer, args []string) error {
-			if err := a.Remove(ctx, args[0], force); err != nil {
+			key, err := keyArg("remove", args[0])
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "removed %s\n", args[0])
+			if err := a.Remove(ctx, key, force); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "removed %s\n", store.KeyText(key))
 			return nil
 		}),
 	}
@@ -223,6 +241,16 @@ Listing and stat grant no lease. Sizes are in bytes.`,
 
 	c.AddCommand(segments, keys, stat, remove, removeRe, usage)
 	return c
+}
+
+// keyArg reads the KEY argument of subcommand name (store.ParseKeyText):
+// a usage error (exit 2) when it starts with '"' but is not Go-quoted.
+func keyArg(name, arg string) (string, error) {
+	key, err := store.ParseKeyText(arg)
+	if err != nil {
+		return "", &exitError{2, fmt.Sprintf("mooncake ctl %s: %s", name, oneLineErr(err))}
+	}
+	return key, nil
 }
 
 func state(k client.KeyInfo) string {

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -77,7 +78,7 @@ func (o ops) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 
 func keyInfo(k *pb.KeyInfo) KeyInfo {
 	out := KeyInfo{
-		Key: k.Key, Size: k.Size, Owner: k.Owner, Complete: k.Complete,
+		Key: string(k.Key), Size: k.Size, Owner: k.Owner, Complete: k.Complete,
 		LeaseLeft: time.Duration(k.LeaseMsLeft) * time.Millisecond, SoftPin: k.SoftPin, HardPin: k.HardPin,
 		SoftPinLeft: time.Duration(k.SoftPinMsLeft) * time.Millisecond,
 	}
@@ -110,9 +111,16 @@ func segmentInfo(g *pb.SegmentInfo) SegmentInfo {
 
 // RemoveByRegex removes the objects whose key matches expr (RE2,
 // unanchored) and returns how many. Objects being written are skipped, and
-// leased or hard-pinned ones unless force. Errors: INVALID_PARAMS (bad
-// expression), RPC_FAIL. Mirrors upstream remove_by_regex.
+// leased or hard-pinned ones unless force. Keys that are not UTF-8 are
+// matched as master.RemoveByRegex says (each stray byte as U+FFFD).
+// Errors: INVALID_PARAMS (bad expression, or one that is not UTF-8),
+// RPC_FAIL. Mirrors upstream remove_by_regex.
 func (o ops) RemoveByRegex(ctx context.Context, expr string, force bool) (int, error) {
+	if !utf8.ValidString(expr) {
+		// The expression is a proto string field: refuse it here with the
+		// reason rather than as a failed RPC.
+		return 0, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
+	}
 	ctx, cancel := o.ctx(ctx)
 	defer cancel()
 	r, err := o.rpc.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{ClientId: o.id, Regex: expr, Force: force})
@@ -146,7 +154,7 @@ func (o ops) BatchRemove(ctx context.Context, keys []string, force bool) []error
 	}
 	rctx, cancel := o.ctx(ctx)
 	defer cancel()
-	r, err := o.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: o.id, Keys: keys, Force: force})
+	r, err := o.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys), Force: force})
 	if err != nil {
 		return fill(errs, rpcErr("batch remove", err))
 	}
@@ -198,7 +206,7 @@ func (o ops) batchStat(ctx context.Context, keys []string) ([]KeyInfo, []error) 
 	}
 	rctx, cancel := o.ctx(ctx)
 	defer cancel()
-	r, err := o.rpc.BatchGetSize(rctx, &pb.KeysRequest{ClientId: o.id, Keys: keys})
+	r, err := o.rpc.BatchGetSize(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys)})
 	if err != nil {
 		return infos, fill(errs, rpcErr("get size", err))
 	}
@@ -255,7 +263,7 @@ func (o ops) QuerySegment(ctx context.Context, id string) (SegmentInfo, error) {
 func (o ops) ListKeys(ctx context.Context, prefix string, limit int) ([]KeyInfo, int, error) {
 	ctx, cancel := o.ctx(ctx)
 	defer cancel()
-	r, err := o.rpc.ListKeys(ctx, &pb.ListKeysRequest{Prefix: prefix, Limit: int64(limit)})
+	r, err := o.rpc.ListKeys(ctx, &pb.ListKeysRequest{Prefix: []byte(prefix), Limit: int64(limit)})
 	if err != nil {
 		return nil, 0, rpcErr("list keys", err)
 	}

@@ -89,7 +89,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: keys, Sizes: sizes, Config: c.replicaConfig(opts)})
+	resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys), Sizes: sizes, Config: c.replicaConfig(opts)})
 	cancel()
 	if err != nil {
 		return fill(errs, rpcErr("put start", err))
@@ -162,7 +162,7 @@ func (c *Client) finish(ctx context.Context, call keysCall, what string, keys []
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := call(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	resp, err := call(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
 	if err != nil || len(resp.Results) != len(keys) {
 		if err == nil {
 			err = fmt.Errorf("%d results for %d keys", len(resp.Results), len(keys))
@@ -247,7 +247,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	}
 	granted := time.Now() // the lease starts no earlier than this
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
 	cancel()
 	if err != nil {
 		return n, fill(errs, rpcErr("get replica list", err))
@@ -445,7 +445,7 @@ func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.rpc.BatchExistKey(rctx, &pb.KeysRequest{ClientId: c.id, Keys: keys})
+	resp, err := c.rpc.BatchExistKey(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
 	if err != nil {
 		return nil, rpcErr("exist key", err)
 	}
@@ -476,7 +476,7 @@ func (c *Client) IsExist(ctx context.Context, key string) (bool, error) {
 func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: c.id, Keys: []string{key}, Force: force})
+	resp, err := c.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}, Force: force})
 	if err != nil {
 		return rpcErr("remove", err)
 	}
@@ -527,7 +527,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, opts *PutOpt
 // miss is OBJECT_NOT_FOUND).
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: []string{key}})
+	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}})
 	cancel()
 	if err != nil {
 		return nil, rpcErr("get replica list", err)

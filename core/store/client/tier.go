@@ -146,11 +146,11 @@ func (c *Client) load(t *pb.TierTask) *pb.TierTaskResult {
 		err = errors.New("task arrived past its deadline") // the master may reuse the range
 	}
 	if err == nil {
-		err = c.disk.Get(t.Key, t.ObjectId, dst)
+		err = c.disk.Get(string(t.Key), t.ObjectId, dst)
 	}
 	r.Ok = err == nil
 	if err != nil {
-		r.Reason = err.Error()
+		r.Reason = store.ValidText(err.Error()) // a proto string: UTF-8 only
 	}
 	return r
 }
@@ -162,15 +162,15 @@ func (c *Client) offload(t *pb.TierTask) []*pb.TierTaskResult {
 	src, err := c.segmentRange(t)
 	var evicted []disk.Evicted
 	if err == nil {
-		evicted, err = c.disk.Put(t.Key, t.ObjectId, src)
+		evicted, err = c.disk.Put(string(t.Key), t.ObjectId, src)
 	}
 	r.Ok = err == nil
 	if err != nil {
-		r.Reason = err.Error()
+		r.Reason = store.ValidText(err.Error()) // a proto string: UTF-8 only
 	}
 	out := []*pb.TierTaskResult{r}
 	for _, e := range evicted {
-		out = append(out, &pb.TierTaskResult{Kind: tierEvicted, Key: e.Key, ObjectId: e.ID})
+		out = append(out, &pb.TierTaskResult{Kind: tierEvicted, Key: []byte(e.Key), ObjectId: e.ID})
 	}
 	return out
 }
@@ -192,7 +192,7 @@ func (c *Client) report(ctx context.Context, rs []*pb.TierTaskResult) {
 	}
 	for i, st := range resp.Results {
 		if rs[i].Kind == tierOffload && rs[i].Ok && store.ErrorCode(st.GetCode()) != store.OK {
-			_, _ = c.disk.Delete(rs[i].Key, rs[i].ObjectId)
+			_, _ = c.disk.Delete(string(rs[i].Key), rs[i].ObjectId)
 		}
 	}
 }

@@ -47,6 +47,13 @@
 // left out for embedded segments: a log or snapshot written before kinds
 // existed loads every segment as embedded.
 //
+// Object keys are bytes; JSON strings are UTF-8. An event or snapshot
+// record carries a UTF-8 key as "key", exactly as before keys were bytes
+// (so logs and snapshots written then load unchanged), and any other key
+// as "key_bytes", the base64 of its bytes, with "key" left out. A master
+// built before keys were bytes refuses such a record (it reads an empty
+// key: ErrCorrupt) rather than restore a wrong key.
+//
 // Takeover: a new leader loads the latest snapshot and replays the log
 // after it into a fresh master through the master's Restore methods (Load)
 // before it serves anything; the new leader's first sequence number

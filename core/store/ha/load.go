@@ -57,7 +57,11 @@ func Load(ctx context.Context, cli *clientv3.Client, clusterID string, m *master
 		if err := json.Unmarshal([]byte(data.String()), &snap); err != nil {
 			return ls, fmt.Errorf("%w: snapshot %d: %v", ErrCorrupt, man.Seq, err)
 		}
-		if err := m.Restore(snap.state()); err != nil {
+		st, err := snap.state()
+		if err != nil {
+			return ls, fmt.Errorf("snapshot %d: %w", man.Seq, err)
+		}
+		if err := m.Restore(st); err != nil {
 			return ls, fmt.Errorf("%w: restoring snapshot %d: %w", ErrCorrupt, man.Seq, err)
 		}
 		ls.SnapshotSeq, ls.LastSeq = snap.Seq, snap.Seq

@@ -220,7 +220,9 @@ func (r *Replicator) ObjectCommitted(obj master.ObjectRecord) {
 
 // ObjectRemoved implements master.Observer.
 func (r *Replicator) ObjectRemoved(key string) {
-	r.observe(wireEntry{Op: opRemove, Key: key})
+	e := wireEntry{Op: opRemove}
+	e.Key, e.KeyBytes = toWireKey(key)
+	r.observe(e)
 }
 
 // ObjectUpdated implements master.Observer.

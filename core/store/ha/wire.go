@@ -3,6 +3,7 @@ package ha
 import (
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/master"
@@ -52,8 +53,16 @@ type wireReplica struct {
 	Stripe  []wirePiece `json:"stripe,omitempty"`
 }
 
+// Object keys are bytes (store.CheckKey) and JSON strings are UTF-8
+// (encoding/json replaces other bytes with U+FFFD), so a key travels as
+// "key" when it is UTF-8, as every key written before keys were bytes is,
+// and otherwise as "key_bytes", base64 of its bytes, with "key" left out.
+// A master built before keys were bytes refuses an entry with key_bytes
+// (it reads an empty key: ErrCorrupt) rather than restore a wrong key.
+
 type wireObject struct {
-	Key      string        `json:"key"`
+	Key      string        `json:"key,omitempty"`
+	KeyBytes []byte        `json:"key_bytes,omitempty"` // key that is not UTF-8
 	Size     uint64        `json:"size"`
 	Owner    string        `json:"owner,omitempty"`
 	Replicas []wireReplica `json:"replicas"`
@@ -70,6 +79,7 @@ type wireEntry struct {
 	SegmentID string       `json:"segment_id,omitempty"` // unmount
 	Object    *wireObject  `json:"object,omitempty"`     // commit, update
 	Key       string       `json:"key,omitempty"`        // remove
+	KeyBytes  []byte       `json:"key_bytes,omitempty"`  // remove, key that is not UTF-8
 	Capacity  uint64       `json:"capacity,omitempty"`   // disk_mount (with segment_id)
 }
 
@@ -97,8 +107,30 @@ func (w wireSegment) segment() master.Segment {
 	return master.Segment{ID: w.ID, Name: w.Name, Base: w.Base, Size: w.Size, Protocol: w.Protocol, HostID: w.HostID, Kind: w.Kind}
 }
 
+// toWireKey returns key's wire form: (key, nil) for UTF-8, else ("",
+// its bytes).
+func toWireKey(key string) (string, []byte) {
+	if utf8.ValidString(key) {
+		return key, nil
+	}
+	return "", []byte(key)
+}
+
+// fromWireKey reverses toWireKey. Errors: ErrCorrupt when both forms are
+// present.
+func fromWireKey(key string, b []byte) (string, error) {
+	if b == nil {
+		return key, nil
+	}
+	if key != "" {
+		return "", fmt.Errorf("%w: both key %q and key_bytes %q", ErrCorrupt, key, b)
+	}
+	return string(b), nil
+}
+
 func toWireObject(o master.ObjectRecord) wireObject {
-	w := wireObject{Key: o.Key, Size: o.Size, Owner: o.Owner, SoftPin: o.SoftPin, HardPin: o.HardPin, Replicas: make([]wireReplica, len(o.Replicas)), ID: o.ID, Disk: o.Disk}
+	w := wireObject{Size: o.Size, Owner: o.Owner, SoftPin: o.SoftPin, HardPin: o.HardPin, Replicas: make([]wireReplica, len(o.Replicas)), ID: o.ID, Disk: o.Disk}
+	w.Key, w.KeyBytes = toWireKey(o.Key)
 	for i, r := range o.Replicas {
 		wr := wireReplica{Segment: r.SegmentID, Offset: r.Offset}
 		for _, p := range r.Stripe {
@@ -109,8 +141,13 @@ func toWireObject(o master.ObjectRecord) wireObject {
 	return w
 }
 
-func (w wireObject) record() master.ObjectRecord {
-	o := master.ObjectRecord{Key: w.Key, Size: w.Size, Owner: w.Owner, SoftPin: w.SoftPin, HardPin: w.HardPin, Replicas: make([]master.ReplicaRecord, len(w.Replicas)), ID: w.ID, Disk: w.Disk}
+// record converts w back. Errors: ErrCorrupt (both key forms).
+func (w wireObject) record() (master.ObjectRecord, error) {
+	key, err := fromWireKey(w.Key, w.KeyBytes)
+	if err != nil {
+		return master.ObjectRecord{}, err
+	}
+	o := master.ObjectRecord{Key: key, Size: w.Size, Owner: w.Owner, SoftPin: w.SoftPin, HardPin: w.HardPin, Replicas: make([]master.ReplicaRecord, len(w.Replicas)), ID: w.ID, Disk: w.Disk}
 	for i, r := range w.Replicas {
 		rr := master.ReplicaRecord{SegmentID: r.Segment, Offset: r.Offset}
 		for _, p := range r.Stripe {
@@ -118,7 +155,7 @@ func (w wireObject) record() master.ObjectRecord {
 		}
 		o.Replicas[i] = rr
 	}
-	return o
+	return o, nil
 }
 
 func toWireSnapshot(st master.State, seq uint64) wireSnapshot {
@@ -133,15 +170,21 @@ func toWireSnapshot(st master.State, seq uint64) wireSnapshot {
 	return w
 }
 
-func (w wireSnapshot) state() master.State {
+// state converts w back. Errors: ErrCorrupt (an object with both key
+// forms).
+func (w wireSnapshot) state() (master.State, error) {
 	st := master.State{Segments: make([]master.SegmentRecord, len(w.Segments)), Objects: make([]master.ObjectRecord, len(w.Objects))}
 	for i, s := range w.Segments {
 		st.Segments[i] = master.SegmentRecord{Segment: s.segment(), Client: s.Client, DiskCapacity: s.DiskCapacity}
 	}
 	for i, o := range w.Objects {
-		st.Objects[i] = o.record()
+		rec, err := o.record()
+		if err != nil {
+			return master.State{}, fmt.Errorf("object %d: %w", i, err)
+		}
+		st.Objects[i] = rec
 	}
-	return st
+	return st, nil
 }
 
 // apply replays one event on m through its Restore methods. Errors:
@@ -160,16 +203,23 @@ func apply(m *master.Master, e wireEntry) error {
 		if e.Object == nil {
 			return fmt.Errorf("%w: commit without an object", ErrCorrupt)
 		}
-		err = m.RestoreObject(e.Object.record())
+		var rec master.ObjectRecord
+		if rec, err = e.Object.record(); err == nil {
+			err = m.RestoreObject(rec)
+		}
 	case opRemove:
-		if !m.RestoreRemove(e.Key) {
-			err = fmt.Errorf("no complete object %q to remove", e.Key)
+		var key string
+		if key, err = fromWireKey(e.Key, e.KeyBytes); err == nil && !m.RestoreRemove(key) {
+			err = fmt.Errorf("no complete object %q to remove", key)
 		}
 	case opUpdate:
 		if e.Object == nil {
 			return fmt.Errorf("%w: update without an object", ErrCorrupt)
 		}
-		err = m.RestoreUpdate(e.Object.record())
+		var rec master.ObjectRecord
+		if rec, err = e.Object.record(); err == nil {
+			err = m.RestoreUpdate(rec)
+		}
 	case opDiskMount:
 		err = m.RestoreDisk(e.SegmentID, e.Capacity)
 	case opDiskUnmount:

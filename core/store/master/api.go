@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mooncake-go/mooncake/core/store"
 )
@@ -74,11 +75,22 @@ func (m *Master) removable(o *object, force bool, now time.Time) error {
 // unanchored like upstream's regex_search) and that Remove(key, force)
 // would remove: objects being written are skipped, and so are leased and
 // hard-pinned ones unless force. It returns how many it removed. Errors:
-// INVALID_PARAMS (empty or invalid expression). Mirrors upstream
-// RemoveByRegex.
+// INVALID_PARAMS (empty or invalid expression, or one that is not UTF-8).
+// Mirrors upstream RemoveByRegex.
+//
+// Keys are bytes; the expression is UTF-8 text (RE2). A key is matched as
+// Go's regexp matches a string: its UTF-8 sequences as characters, and each
+// byte that is not part of one as U+FFFD, so "." and `\x{FFFD}` match such
+// a byte (and a real U+FFFD alike), while `\xff` means U+00FF (the bytes
+// c3 bf), not the byte 0xff. Upstream's std::regex compares single bytes
+// instead; expressions over ASCII and UTF-8 keys mean the same in both.
+// Remove names one key exactly, whatever its bytes.
 func (m *Master) RemoveByRegex(expr string, force bool) (int, error) {
 	if expr == "" {
 		return 0, store.Errorf(store.InvalidParams, "empty regex")
+	}
+	if !utf8.ValidString(expr) {
+		return 0, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
 	}
 	re, err := regexp.Compile(expr)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/mooncake-go/mooncake/core/store"
 )
 
-// MaxKeyLen is the longest key accepted, in bytes.
-const MaxKeyLen = 4096
+// MaxKeyLen is the longest key accepted, in bytes (store.MaxKeyLen).
+const MaxKeyLen = store.MaxKeyLen
 
 // allocAlign is the alignment of every replica's start address, in bytes.
 const allocAlign = 64
@@ -335,15 +335,8 @@ func (m *Master) lruFront(o *object) {
 	m.lru.next = o
 }
 
-func checkKey(key string) error {
-	if key == "" {
-		return store.Errorf(store.InvalidParams, "empty key")
-	}
-	if len(key) > MaxKeyLen {
-		return store.Errorf(store.InvalidKey, "key of %d bytes exceeds %d", len(key), MaxKeyLen)
-	}
-	return nil
-}
+// checkKey is store.CheckKey: keys are any 1..MaxKeyLen bytes.
+func checkKey(key string) error { return store.CheckKey(key) }
 
 // Client liveness. Only Ping and the mounts (MountSegment, ReMountSegment)
 // create a client: Ping one that still has to remount, a mount one whose

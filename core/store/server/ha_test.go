@@ -113,7 +113,7 @@ func TestHAStandbyAndTakeover(t *testing.T) {
 		t.Cleanup(func() { conn.Close() })
 		return pb.NewMasterClient(conn)
 	}
-	_, err := dial(standby).BatchExistKey(ctx, &pb.KeysRequest{Keys: []string{"k"}})
+	_, err := dial(standby).BatchExistKey(ctx, &pb.KeysRequest{Keys: pb.Keys([]string{"k"})})
 	if grpcstatus.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "UNAVAILABLE_IN_CURRENT_MODE") {
 		t.Fatalf("standby BatchExistKey: %v, want Unavailable", err)
 	}
@@ -121,11 +121,11 @@ func TestHAStandbyAndTakeover(t *testing.T) {
 	if st, err := lc.MountSegment(ctx, &pb.MountSegmentRequest{ClientId: "node", Segment: &pb.Segment{Id: "s", Name: "node", Base: 1 << 30, Size: 1 << 20, Protocol: "tcp"}}); err != nil || st.Code != 0 {
 		t.Fatalf("MountSegment: %v %v", st, err)
 	}
-	put, err := lc.BatchPutStart(ctx, &pb.BatchPutStartRequest{ClientId: "w", Keys: []string{"k"}, Sizes: []uint64{100}, Config: &pb.ReplicaConfig{ReplicaNum: 1}})
+	put, err := lc.BatchPutStart(ctx, &pb.BatchPutStartRequest{ClientId: "w", Keys: pb.Keys([]string{"k"}), Sizes: []uint64{100}, Config: &pb.ReplicaConfig{ReplicaNum: 1}})
 	if err != nil || put.Results[0].Status.GetCode() != 0 {
 		t.Fatalf("BatchPutStart: %v %v", put, err)
 	}
-	if end, err := lc.BatchPutEnd(ctx, &pb.KeysRequest{ClientId: "w", Keys: []string{"k"}}); err != nil || end.Results[0].GetCode() != 0 {
+	if end, err := lc.BatchPutEnd(ctx, &pb.KeysRequest{ClientId: "w", Keys: pb.Keys([]string{"k"})}); err != nil || end.Results[0].GetCode() != 0 {
 		t.Fatalf("BatchPutEnd: %v %v", end, err)
 	}
 	addr := put.Results[0].Replicas[0].Addr
@@ -138,7 +138,7 @@ func TestHAStandbyAndTakeover(t *testing.T) {
 		case <-tick.C:
 		}
 	}
-	r, err := dial(standby).BatchGetReplicaList(ctx, &pb.KeysRequest{Keys: []string{"k"}})
+	r, err := dial(standby).BatchGetReplicaList(ctx, &pb.KeysRequest{Keys: pb.Keys([]string{"k"})})
 	if err != nil || r.Results[0].Status.GetCode() != 0 || r.Results[0].Replicas[0].Addr != addr {
 		t.Fatalf("k on the new leader: %v, %v; want the replica at %#x", r, err, addr)
 	}

@@ -19,15 +19,15 @@ func TestSegmentMetrics(t *testing.T) {
 	// either segment; a preferred segment pins it), then one 1024-byte
 	// object in a, and ask for more than any segment has free (nothing is
 	// evictable: both objects are still being written).
-	if r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"x"}, Sizes: []uint64{2048},
+	if r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"x"}), Sizes: []uint64{2048},
 		Config: &pb.ReplicaConfig{ReplicaNum: 1, PreferredSegment: "node-b"}}); err != nil || r.Results[0].GetStatus().GetCode() != 0 {
 		t.Fatalf("put x: %v %v", r, err)
 	}
-	if r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"y"}, Sizes: []uint64{1024},
+	if r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"y"}), Sizes: []uint64{1024},
 		Config: &pb.ReplicaConfig{ReplicaNum: 1, PreferredSegment: "node-a"}}); err != nil || r.Results[0].GetStatus().GetCode() != 0 {
 		t.Fatalf("put y: %v %v", r, err)
 	}
-	if _, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"big"}, Sizes: []uint64{4000}}); err != nil {
+	if _, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"big"}), Sizes: []uint64{4000}}); err != nil {
 		t.Fatal(err)
 	}
 	scrape := func() string {

@@ -64,7 +64,7 @@ func moreStats(out *pb.StatsResponse, st master.Stats) {
 
 func keyInfoPB(in master.ObjectInfo) *pb.KeyInfo {
 	return &pb.KeyInfo{
-		Key: in.Key, Size: in.Size, Owner: in.Owner, Complete: in.Complete, Replicas: replicas(in.Replicas),
+		Key: []byte(in.Key), Size: in.Size, Owner: in.Owner, Complete: in.Complete, Replicas: replicas(in.Replicas),
 		LeaseMsLeft: uint64(in.LeaseLeft.Milliseconds()), SoftPin: in.SoftPin, HardPin: in.HardPin,
 		SoftPinMsLeft: uint64(in.SoftPinLeft.Milliseconds()), ObjectId: in.ID,
 	}
@@ -87,7 +87,7 @@ func failStatus(s *pb.Status) *pb.Status { return s }
 
 // PutStart implements storepb.MasterServer: BatchPutStart of one key.
 func (s *Server) PutStart(ctx context.Context, req *pb.PutStartRequest) (*pb.PutStartResult, error) {
-	r, err := s.BatchPutStart(ctx, &pb.BatchPutStartRequest{ClientId: req.ClientId, Keys: []string{req.Key}, Sizes: []uint64{req.Size}, Config: req.Config})
+	r, err := s.BatchPutStart(ctx, &pb.BatchPutStartRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}, Sizes: []uint64{req.Size}, Config: req.Config})
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (s *Server) PutStart(ctx context.Context, req *pb.PutStartRequest) (*pb.Put
 
 // PutEnd implements storepb.MasterServer: BatchPutEnd of one key.
 func (s *Server) PutEnd(ctx context.Context, req *pb.KeyRequest) (*pb.Status, error) {
-	r, err := s.BatchPutEnd(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: []string{req.Key}})
+	r, err := s.BatchPutEnd(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}})
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +105,7 @@ func (s *Server) PutEnd(ctx context.Context, req *pb.KeyRequest) (*pb.Status, er
 
 // PutRevoke implements storepb.MasterServer: BatchPutRevoke of one key.
 func (s *Server) PutRevoke(ctx context.Context, req *pb.KeyRequest) (*pb.Status, error) {
-	r, err := s.BatchPutRevoke(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: []string{req.Key}})
+	r, err := s.BatchPutRevoke(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}})
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (s *Server) PutRevoke(ctx context.Context, req *pb.KeyRequest) (*pb.Status,
 // GetReplicaList implements storepb.MasterServer: BatchGetReplicaList of
 // one key (grants a lease).
 func (s *Server) GetReplicaList(ctx context.Context, req *pb.KeyRequest) (*pb.GetReplicaListResult, error) {
-	r, err := s.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: []string{req.Key}})
+	r, err := s.BatchGetReplicaList(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}})
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func (s *Server) GetReplicaList(ctx context.Context, req *pb.KeyRequest) (*pb.Ge
 
 // ExistKey implements storepb.MasterServer: BatchExistKey of one key.
 func (s *Server) ExistKey(ctx context.Context, req *pb.KeyRequest) (*pb.ExistResult, error) {
-	r, err := s.BatchExistKey(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: []string{req.Key}})
+	r, err := s.BatchExistKey(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (s *Server) ExistKey(ctx context.Context, req *pb.KeyRequest) (*pb.ExistRes
 
 // Remove implements storepb.MasterServer: BatchRemove of one key.
 func (s *Server) Remove(ctx context.Context, req *pb.KeyRequest) (*pb.Status, error) {
-	r, err := s.BatchRemove(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: []string{req.Key}, Force: req.Force})
+	r, err := s.BatchRemove(ctx, &pb.KeysRequest{ClientId: req.ClientId, Keys: [][]byte{req.Key}, Force: req.Force})
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,8 @@ func (s *Server) BatchGetSize(ctx context.Context, req *pb.KeysRequest) (*pb.Bat
 	out := &pb.BatchGetSizeResponse{Results: make([]*pb.GetSizeResult, len(req.Keys))}
 	s.mu.Lock()
 	defer s.unlock()
-	for i, k := range req.Keys {
+	for i, kb := range req.Keys {
+		k := string(kb)
 		n, err := s.mu.m.GetSize(k)
 		r := &pb.GetSizeResult{Status: status(err), Size: n}
 		if err == nil {
@@ -220,7 +221,7 @@ func (s *Server) ListKeys(ctx context.Context, req *pb.ListKeysRequest) (*pb.Lis
 		limit = -1 // does not fit an int: reported as INVALID_PARAMS
 	}
 	s.mu.Lock()
-	keys, total, err := s.mu.m.ListKeys(req.Prefix, limit)
+	keys, total, err := s.mu.m.ListKeys(string(req.Prefix), limit)
 	s.unlock()
 	out := &pb.ListKeysResponse{Status: status(err), Total: int64(total), Keys: make([]*pb.KeyInfo, len(keys))}
 	for i, k := range keys {

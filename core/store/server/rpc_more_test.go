@@ -21,7 +21,7 @@ func TestSingleKeyRPCs(t *testing.T) {
 	h.mount(t, "c1", pbSeg("a", 1<<32, 4096), pbSeg("b", 2<<32, 4096))
 	long := strings.Repeat("x", master.MaxKeyLen+1)
 	key := func(client, k string, force bool) *pb.KeyRequest {
-		return &pb.KeyRequest{ClientId: client, Key: k, Force: force}
+		return &pb.KeyRequest{ClientId: client, Key: []byte(k), Force: force}
 	}
 
 	for _, tc := range []struct {
@@ -30,15 +30,15 @@ func TestSingleKeyRPCs(t *testing.T) {
 		want store.ErrorCode
 		n    int // replicas
 	}{
-		{"ok", &pb.PutStartRequest{ClientId: "c1", Key: "k", Size: 100, Config: &pb.ReplicaConfig{ReplicaNum: 2}}, store.OK, 2},
-		{"nil config is one replica", &pb.PutStartRequest{ClientId: "c1", Key: "one", Size: 100}, store.OK, 1},
-		{"again", &pb.PutStartRequest{ClientId: "c2", Key: "k", Size: 100}, store.ObjectAlreadyExists, 0},
+		{"ok", &pb.PutStartRequest{ClientId: "c1", Key: []byte("k"), Size: 100, Config: &pb.ReplicaConfig{ReplicaNum: 2}}, store.OK, 2},
+		{"nil config is one replica", &pb.PutStartRequest{ClientId: "c1", Key: []byte("one"), Size: 100}, store.OK, 1},
+		{"again", &pb.PutStartRequest{ClientId: "c2", Key: []byte("k"), Size: 100}, store.ObjectAlreadyExists, 0},
 		{"empty key", &pb.PutStartRequest{ClientId: "c1", Size: 100}, store.InvalidParams, 0},
-		{"key too long", &pb.PutStartRequest{ClientId: "c1", Key: long, Size: 100}, store.InvalidKey, 0},
-		{"size 0", &pb.PutStartRequest{ClientId: "c1", Key: "z", Size: 0}, store.InvalidParams, 0},
-		{"zero replicas", &pb.PutStartRequest{ClientId: "c1", Key: "z", Size: 10, Config: &pb.ReplicaConfig{}}, store.InvalidParams, 0},
-		{"oversize value", &pb.PutStartRequest{ClientId: "c1", Key: "z", Size: 1 << 40}, store.NoAvailableHandle, 0},
-		{"more replicas than segments", &pb.PutStartRequest{ClientId: "c1", Key: "few", Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 3}}, store.OK, 2},
+		{"key too long", &pb.PutStartRequest{ClientId: "c1", Key: []byte(long), Size: 100}, store.InvalidKey, 0},
+		{"size 0", &pb.PutStartRequest{ClientId: "c1", Key: []byte("z"), Size: 0}, store.InvalidParams, 0},
+		{"zero replicas", &pb.PutStartRequest{ClientId: "c1", Key: []byte("z"), Size: 10, Config: &pb.ReplicaConfig{}}, store.InvalidParams, 0},
+		{"oversize value", &pb.PutStartRequest{ClientId: "c1", Key: []byte("z"), Size: 1 << 40}, store.NoAvailableHandle, 0},
+		{"more replicas than segments", &pb.PutStartRequest{ClientId: "c1", Key: []byte("few"), Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 3}}, store.OK, 2},
 	} {
 		t.Run("PutStart "+tc.name, func(t *testing.T) {
 			r, err := c.PutStart(ctx(t), tc.req)
@@ -124,11 +124,11 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 	h.mount(t, "c1", pbSeg("a", 1<<32, 1<<20))
 	put := func(k string, cfg *pb.ReplicaConfig) {
 		t.Helper()
-		r, err := c.PutStart(ctx(t), &pb.PutStartRequest{ClientId: "c1", Key: k, Size: 64, Config: cfg})
+		r, err := c.PutStart(ctx(t), &pb.PutStartRequest{ClientId: "c1", Key: []byte(k), Size: 64, Config: cfg})
 		if err != nil || r.GetStatus().GetCode() != 0 {
 			t.Fatalf("PutStart(%s): %v %v", k, r, err)
 		}
-		if s, err := c.PutEnd(ctx(t), &pb.KeyRequest{ClientId: "c1", Key: k}); err != nil || s.GetCode() != 0 {
+		if s, err := c.PutEnd(ctx(t), &pb.KeyRequest{ClientId: "c1", Key: []byte(k)}); err != nil || s.GetCode() != 0 {
 			t.Fatalf("PutEnd(%s): %v %v", k, s, err)
 		}
 	}
@@ -136,7 +136,7 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 		put(k, nil)
 	}
 	put("a/hard", &pb.ReplicaConfig{ReplicaNum: 1, WithHardPin: true})
-	if _, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: "a/3"}); err != nil {
+	if _, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: []byte("a/3")}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -161,7 +161,7 @@ func TestRemoveByRegexAndAll(t *testing.T) {
 			t.Fatalf("RemoveByRegex(%q, %v) removed %d, want %d", tc.re, tc.force, r.GetCount(), tc.n)
 		}
 	}
-	if _, err := c.ExistKey(ctx(t), &pb.KeyRequest{Key: "b/1"}); err != nil { // leases b/1
+	if _, err := c.ExistKey(ctx(t), &pb.KeyRequest{Key: []byte("b/1")}); err != nil { // leases b/1
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -184,18 +184,18 @@ func TestBatchGetSize(t *testing.T) {
 	c := h.client
 	h.mount(t, "c1", pbSeg("a", 1<<32, 1024), pbSeg("b", 2<<32, 1024), pbSeg("c", 3<<32, 1024))
 	for _, r := range []*pb.PutStartRequest{
-		{ClientId: "c1", Key: "small", Size: 100, Config: &pb.ReplicaConfig{ReplicaNum: 2, WithSoftPin: true}},
-		{ClientId: "c1", Key: "big", Size: 2500}, // striped over all three
-		{ClientId: "c1", Key: "writing", Size: 10},
+		{ClientId: "c1", Key: []byte("small"), Size: 100, Config: &pb.ReplicaConfig{ReplicaNum: 2, WithSoftPin: true}},
+		{ClientId: "c1", Key: []byte("big"), Size: 2500}, // striped over all three
+		{ClientId: "c1", Key: []byte("writing"), Size: 10},
 	} {
 		if x, err := c.PutStart(ctx(t), r); err != nil || x.GetStatus().GetCode() != 0 {
 			t.Fatalf("PutStart(%s): %v %v", r.Key, x, err)
 		}
 	}
-	if _, err := c.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: []string{"small", "big"}}); err != nil {
+	if _, err := c.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"small", "big"})}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := c.BatchGetSize(ctx(t), &pb.KeysRequest{Keys: []string{"small", "big", "writing", "nope", ""}})
+	r, err := c.BatchGetSize(ctx(t), &pb.KeysRequest{Keys: pb.Keys([]string{"small", "big", "writing", "nope", ""})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +222,11 @@ func TestBatchGetSize(t *testing.T) {
 		t.Fatalf("slices hold %d bytes", sum)
 	}
 	// GetSize granted no lease: small is removable without force.
-	if s, err := c.Remove(ctx(t), &pb.KeyRequest{Key: "small"}); err != nil || s.GetCode() != 0 {
+	if s, err := c.Remove(ctx(t), &pb.KeyRequest{Key: []byte("small")}); err != nil || s.GetCode() != 0 {
 		t.Fatalf("Remove after GetSize: %v %v", s, err)
 	}
 	// The striped replica is also what GetReplicaList returns.
-	g, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: "big"})
+	g, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: []byte("big")})
 	if err != nil || len(g.GetReplicas()) != 1 || len(g.GetReplicas()[0].GetSlices()) != 3 || g.GetReplicas()[0].GetSegment() != "" {
 		t.Fatalf("GetReplicaList(big) = %v, %v", g, err)
 	}
@@ -283,14 +283,14 @@ func TestQuerySegmentAndListKeys(t *testing.T) {
 	c := h.client
 	h.mount(t, "c1", pbSeg("a", 1<<32, 4096))
 	for _, k := range []string{"p/2", "p/1", "q/1"} {
-		if r, err := c.PutStart(ctx(t), &pb.PutStartRequest{ClientId: "c1", Key: k, Size: 100}); err != nil || r.GetStatus().GetCode() != 0 {
+		if r, err := c.PutStart(ctx(t), &pb.PutStartRequest{ClientId: "c1", Key: []byte(k), Size: 100}); err != nil || r.GetStatus().GetCode() != 0 {
 			t.Fatal(r, err)
 		}
 	}
-	if _, err := c.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: []string{"p/1", "q/1"}}); err != nil {
+	if _, err := c.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"p/1", "q/1"})}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: "p/1"}); err != nil {
+	if _, err := c.GetReplicaList(ctx(t), &pb.KeyRequest{Key: []byte("p/1")}); err != nil {
 		t.Fatal(err)
 	}
 	h.clk.Advance(time.Second)
@@ -314,7 +314,7 @@ func TestQuerySegmentAndListKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCodes(t, "ListKeys(limit -1)", st1(r.GetStatus()), store.InvalidParams)
-	r, err = c.ListKeys(ctx(t), &pb.ListKeysRequest{Prefix: "p/", Limit: 1})
+	r, err = c.ListKeys(ctx(t), &pb.ListKeysRequest{Prefix: []byte("p/"), Limit: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestQuerySegmentAndListKeys(t *testing.T) {
 		t.Fatalf("ListKeys(p/, 1) = %v", r)
 	}
 	k := r.GetKeys()[0]
-	if k.GetKey() != "p/1" || !k.GetComplete() || k.GetSize() != 100 || k.GetOwner() != "c1" || k.GetLeaseMsLeft() != 9000 || len(k.GetReplicas()) != 1 {
+	if string(k.GetKey()) != "p/1" || !k.GetComplete() || k.GetSize() != 100 || k.GetOwner() != "c1" || k.GetLeaseMsLeft() != 9000 || len(k.GetReplicas()) != 1 {
 		t.Fatalf("p/1: %v", k)
 	}
 	r, err = c.ListKeys(ctx(t), &pb.ListKeysRequest{})
@@ -337,8 +337,8 @@ func TestStatsPinsAndPartial(t *testing.T) {
 	c := h.client
 	h.mount(t, "c1", pbSeg("a", 1<<32, 4096))
 	for _, r := range []*pb.PutStartRequest{
-		{ClientId: "c1", Key: "s", Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 2, WithSoftPin: true}},
-		{ClientId: "c1", Key: "h", Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 1, WithHardPin: true}},
+		{ClientId: "c1", Key: []byte("s"), Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 2, WithSoftPin: true}},
+		{ClientId: "c1", Key: []byte("h"), Size: 64, Config: &pb.ReplicaConfig{ReplicaNum: 1, WithHardPin: true}},
 	} {
 		if x, err := c.PutStart(ctx(t), r); err != nil || x.GetStatus().GetCode() != 0 {
 			t.Fatal(x, err)

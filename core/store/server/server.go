@@ -160,11 +160,14 @@ func status(err error) *pb.Status {
 	}
 	// The code travels in its own field: send only the message naming the
 	// object, so the client does not print "OBJECT_NOT_FOUND" twice.
+	// Status.message is a proto string and must be UTF-8: a key in it is
+	// quoted (%q) by the master, and any other bytes that are not UTF-8
+	// are escaped here rather than failing the whole response.
 	var se *store.Error
 	if errors.As(err, &se) {
-		return &pb.Status{Code: int32(se.Code), Message: se.Msg}
+		return &pb.Status{Code: int32(se.Code), Message: store.ValidText(se.Msg)}
 	}
-	return &pb.Status{Code: int32(store.CodeOf(err)), Message: err.Error()}
+	return &pb.Status{Code: int32(store.CodeOf(err)), Message: store.ValidText(err.Error())}
 }
 
 func replicas(rs []master.Replica) []*pb.Replica {
@@ -187,7 +190,7 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 	cfg := replicaConfig(req.Config)
 	if len(req.Sizes) != len(req.Keys) {
 		for i, k := range req.Keys {
-			out.Results[i] = &pb.PutStartResult{Status: status(store.Errorf(store.InvalidParams, "key %q: %d sizes for %d keys", k, len(req.Sizes), len(req.Keys)))}
+			out.Results[i] = &pb.PutStartResult{Status: status(store.Errorf(store.InvalidParams, "key %q: %d sizes for %d keys", string(k), len(req.Sizes), len(req.Keys)))}
 		}
 		return out, nil
 	}
@@ -218,7 +221,7 @@ func (s *Server) BatchPutStart(ctx context.Context, req *pb.BatchPutStartRequest
 			until = now.Add(left)
 		}
 		for _, i := range idx {
-			rs, at, wait, err := s.mu.m.TryPutStart(req.ClientId, req.Keys[i], req.Sizes[i], cfg, until)
+			rs, at, wait, err := s.mu.m.TryPutStart(req.ClientId, string(req.Keys[i]), req.Sizes[i], cfg, until)
 			if wait {
 				waiting = append(waiting, i)
 				if !at.IsZero() && (retryAt.IsZero() || at.Before(retryAt)) {
@@ -265,7 +268,7 @@ func (s *Server) eachKey(req *pb.KeysRequest, f func(m *master.Master, key strin
 	s.mu.Lock()
 	defer s.unlock()
 	for i, k := range req.Keys {
-		out.Results[i] = status(f(s.mu.m, k))
+		out.Results[i] = status(f(s.mu.m, string(k)))
 	}
 	return out
 }
@@ -323,7 +326,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 		var now time.Time
 		s.mu.Lock()
 		for _, i := range idx {
-			k := req.Keys[i]
+			k := string(req.Keys[i])
 			rs, ttl, loading, err := s.mu.m.GetOrLoad(k)
 			switch {
 			case loading:
@@ -400,7 +403,7 @@ func (s *Server) BatchExistKey(ctx context.Context, req *pb.KeysRequest) (*pb.Ba
 	s.mu.Lock()
 	defer s.unlock()
 	for i, k := range req.Keys {
-		ok, err := s.mu.m.ExistKey(k)
+		ok, err := s.mu.m.ExistKey(string(k))
 		out.Results[i] = &pb.ExistResult{Status: status(err), Exists: ok}
 	}
 	return out, nil

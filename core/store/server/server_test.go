@@ -210,7 +210,7 @@ func TestBatchPutStart(t *testing.T) {
 	t.Run("per-key results in order", func(t *testing.T) {
 		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{
 			ClientId: "c1",
-			Keys:     []string{"k1", "k2", "k1", "", "huge", "zero", strings.Repeat("x", master.MaxKeyLen+1)},
+			Keys:     pb.Keys([]string{"k1", "k2", "k1", "", "huge", "zero", strings.Repeat("x", master.MaxKeyLen+1)}),
 			Sizes:    []uint64{100, 200, 100, 10, 1 << 20, 0, 10},
 			Config:   &pb.ReplicaConfig{ReplicaNum: 2},
 		})
@@ -241,14 +241,14 @@ func TestBatchPutStart(t *testing.T) {
 	})
 	t.Run("mismatched sizes", func(t *testing.T) {
 		for _, sizes := range [][]uint64{{64, 64}, nil, {64, 64, 64, 64}} {
-			r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"m1", "m2", "m3"}, Sizes: sizes})
+			r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"m1", "m2", "m3"}), Sizes: sizes})
 			if err != nil {
 				t.Fatal(err)
 			}
 			wantCodes(t, fmt.Sprintf("BatchPutStart(%d sizes)", len(sizes)), putStartStatuses(r), store.InvalidParams, store.InvalidParams, store.InvalidParams)
 		}
 		// Nothing was created.
-		e, err := h.client.BatchExistKey(ctx(t), &pb.KeysRequest{Keys: []string{"m1"}})
+		e, err := h.client.BatchExistKey(ctx(t), &pb.KeysRequest{Keys: pb.Keys([]string{"m1"})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestBatchPutStart(t *testing.T) {
 		}
 	})
 	t.Run("nil config is one replica", func(t *testing.T) {
-		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"one"}, Sizes: []uint64{64}})
+		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"one"}), Sizes: []uint64{64}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestBatchPutStart(t *testing.T) {
 		}
 	})
 	t.Run("replica_num 0", func(t *testing.T) {
-		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"z1", "z2"}, Sizes: []uint64{64, 64},
+		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"z1", "z2"}), Sizes: []uint64{64, 64},
 			Config: &pb.ReplicaConfig{}})
 		if err != nil {
 			t.Fatal(err)
@@ -277,7 +277,7 @@ func TestBatchPutStart(t *testing.T) {
 		wantCodes(t, "BatchPutStart", putStartStatuses(r), store.InvalidParams, store.InvalidParams)
 	})
 	t.Run("preferred segment", func(t *testing.T) {
-		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"p1", "p2"}, Sizes: []uint64{64, 64},
+		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"p1", "p2"}), Sizes: []uint64{64, 64},
 			Config: &pb.ReplicaConfig{ReplicaNum: 1, PreferredSegment: "node-c"}})
 		if err != nil {
 			t.Fatal(err)
@@ -308,7 +308,7 @@ func TestLifecycle(t *testing.T) {
 		for i := range sizes {
 			sizes[i] = 100
 		}
-		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: client, Keys: keys, Sizes: sizes, Config: &pb.ReplicaConfig{ReplicaNum: 2}})
+		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: client, Keys: pb.Keys(keys), Sizes: sizes, Config: &pb.ReplicaConfig{ReplicaNum: 2}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func TestLifecycle(t *testing.T) {
 		wantCodes(t, "BatchPutStart", putStartStatuses(r), want...)
 	}
 	keys := func(client string, force bool, ks ...string) *pb.KeysRequest {
-		return &pb.KeysRequest{ClientId: client, Keys: ks, Force: force}
+		return &pb.KeysRequest{ClientId: client, Keys: pb.Keys(ks), Force: force}
 	}
 	start("c1", "done", "rev", "lease")
 	start("c2", "other")
@@ -401,14 +401,14 @@ func TestLifecycle(t *testing.T) {
 func TestHTTPHandler(t *testing.T) {
 	h := newHarness(t)
 	h.mount(t, "c1", pbSeg("a", 1<<32, 4096))
-	if _, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: []string{"x", "y", "z"}, Sizes: []uint64{64, 64, 64}}); err != nil {
+	if _, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "c1", Keys: pb.Keys([]string{"x", "y", "z"}), Sizes: []uint64{64, 64, 64}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.client.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: []string{"x"}}); err != nil {
+	if _, err := h.client.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"x"})}); err != nil {
 		t.Fatal(err)
 	}
 	// One hit (x), two misses (y not ready, nope absent).
-	if _, err := h.client.BatchGetReplicaList(ctx(t), &pb.KeysRequest{Keys: []string{"x", "y", "nope"}}); err != nil {
+	if _, err := h.client.BatchGetReplicaList(ctx(t), &pb.KeysRequest{Keys: pb.Keys([]string{"x", "y", "nope"})}); err != nil {
 		t.Fatal(err)
 	}
 	get := func(path string) *httptest.ResponseRecorder {
@@ -478,13 +478,13 @@ func TestConcurrentClients(t *testing.T) {
 			client := fmt.Sprintf("c%d", w)
 			for i := range perWorker {
 				k := fmt.Sprintf("w%d-%d", w, i)
-				r, err := h.client.BatchPutStart(context.Background(), &pb.BatchPutStartRequest{ClientId: client, Keys: []string{k}, Sizes: []uint64{128},
+				r, err := h.client.BatchPutStart(context.Background(), &pb.BatchPutStartRequest{ClientId: client, Keys: pb.Keys([]string{k}), Sizes: []uint64{128},
 					Config: &pb.ReplicaConfig{ReplicaNum: 2}})
 				if err != nil || r.GetResults()[0].GetStatus().GetCode() != 0 {
 					errs <- fmt.Errorf("put %s: %v %v", k, r, err)
 					return
 				}
-				e, err := h.client.BatchPutEnd(context.Background(), &pb.KeysRequest{ClientId: client, Keys: []string{k}})
+				e, err := h.client.BatchPutEnd(context.Background(), &pb.KeysRequest{ClientId: client, Keys: pb.Keys([]string{k})})
 				if err != nil || e.GetResults()[0].GetCode() != 0 {
 					errs <- fmt.Errorf("end %s: %v %v", k, e, err)
 					return

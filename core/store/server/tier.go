@@ -65,7 +65,7 @@ func (s *Server) PollTierTasks(ctx context.Context, req *pb.PollTierTasksRequest
 func tierTasksPB(ts []master.TierTask, now time.Time) []*pb.TierTask {
 	out := make([]*pb.TierTask, len(ts))
 	for i, t := range ts {
-		out[i] = &pb.TierTask{Kind: int32(t.Kind), Key: t.Key, ObjectId: t.ObjectID, Addr: t.Addr, Size: t.Size,
+		out[i] = &pb.TierTask{Kind: int32(t.Kind), Key: []byte(t.Key), ObjectId: t.ObjectID, Addr: t.Addr, Size: t.Size,
 			DeadlineMs: uint64(max(t.Deadline.Sub(now), 0).Milliseconds())}
 	}
 	return out
@@ -83,7 +83,7 @@ func (s *Server) CompleteTierTasks(ctx context.Context, req *pb.CompleteTierTask
 			continue
 		}
 		out.Results[i] = status(s.mu.m.CompleteTierTask(req.SegmentId, req.ClientId, master.TaskResult{
-			Kind: master.TaskKind(r.Kind), Key: r.Key, ObjectID: r.ObjectId, OK: r.Ok, Reason: r.Reason}))
+			Kind: master.TaskKind(r.Kind), Key: string(r.Key), ObjectID: r.ObjectId, OK: r.Ok, Reason: r.Reason}))
 	}
 	return out, nil
 }

@@ -53,17 +53,17 @@ func TestTierRPCs(t *testing.T) {
 		return r
 	}
 	for _, k := range []string{"x", "y"} {
-		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "w", Keys: []string{k}, Sizes: []uint64{100}})
+		r, err := h.client.BatchPutStart(ctx(t), &pb.BatchPutStartRequest{ClientId: "w", Keys: pb.Keys([]string{k}), Sizes: []uint64{100}})
 		if err != nil || r.Results[0].GetStatus().GetCode() != 0 {
 			t.Fatalf("put start %s: %v %v", k, r, err)
 		}
-		if e, err := h.client.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "w", Keys: []string{k}}); err != nil || e.Results[0].GetCode() != 0 {
+		if e, err := h.client.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "w", Keys: pb.Keys([]string{k})}); err != nil || e.Results[0].GetCode() != 0 {
 			t.Fatalf("put end %s: %v %v", k, e, err)
 		}
 	}
 	// Write-through: both puts queued an offload.
 	offloads := poll(0)
-	if len(offloads) != 2 || offloads[0].Kind != 1 || offloads[0].Key != "x" || offloads[0].Size != 100 || offloads[0].DeadlineMs == 0 {
+	if len(offloads) != 2 || offloads[0].Kind != 1 || string(offloads[0].Key) != "x" || offloads[0].Size != 100 || offloads[0].DeadlineMs == 0 {
 		t.Fatalf("offload tasks %+v", offloads)
 	}
 	wantCodes(t, "complete offloads", complete(offloads, true).Results, store.OK, store.OK)
@@ -78,7 +78,7 @@ func TestTierRPCs(t *testing.T) {
 	read := func(key string) chan *pb.GetReplicaListResult {
 		out := make(chan *pb.GetReplicaListResult, 1)
 		go func() {
-			r, err := h.client.BatchGetReplicaList(ctx(t), &pb.KeysRequest{Keys: []string{key}})
+			r, err := h.client.BatchGetReplicaList(ctx(t), &pb.KeysRequest{Keys: pb.Keys([]string{key})})
 			if err != nil {
 				out <- &pb.GetReplicaListResult{Status: &pb.Status{Code: int32(store.RPCFail), Message: err.Error()}}
 				return
@@ -90,7 +90,7 @@ func TestTierRPCs(t *testing.T) {
 	// x: the read waits; the owner's poll is woken by the load it queued.
 	got := read("x")
 	loads := poll(20 * time.Second)
-	if len(loads) != 1 || loads[0].Kind != 2 || loads[0].Key != "x" || loads[0].Addr < seg.Base || loads[0].Addr+100 > seg.Base+seg.Size {
+	if len(loads) != 1 || loads[0].Kind != 2 || string(loads[0].Key) != "x" || loads[0].Addr < seg.Base || loads[0].Addr+100 > seg.Base+seg.Size {
 		t.Fatalf("load tasks %+v", loads)
 	}
 	wantCodes(t, "complete load", complete(loads, true).Results, store.OK)
@@ -101,7 +101,7 @@ func TestTierRPCs(t *testing.T) {
 	// y: the load fails (a corrupt file): the read is a miss.
 	got = read("y")
 	loads = poll(20 * time.Second)
-	if len(loads) != 1 || loads[0].Key != "y" {
+	if len(loads) != 1 || string(loads[0].Key) != "y" {
 		t.Fatalf("load tasks %+v", loads)
 	}
 	wantCodes(t, "complete failed load", complete(loads, false).Results, store.OK)
@@ -131,7 +131,7 @@ func TestTierRPCs(t *testing.T) {
 		t.Fatalf("GetStats: %+v %v", sr, err)
 	}
 	// Stat shows x's DRAM and LOCAL_DISK replicas.
-	gs, err := h.client.BatchGetSize(ctx(t), &pb.KeysRequest{Keys: []string{"x"}})
+	gs, err := h.client.BatchGetSize(ctx(t), &pb.KeysRequest{Keys: pb.Keys([]string{"x"})})
 	if err != nil || len(gs.Results[0].GetInfo().GetReplicas()) != 2 || gs.Results[0].Info.Replicas[1].Type != 1 || gs.Results[0].Info.ObjectId == 0 {
 		t.Fatalf("stat x: %+v %v", gs, err)
 	}
