@@ -12,27 +12,34 @@ import (
 
 // checkInvariants verifies every invariant listed in doc.go plus the
 // internal consistency of the indexes. It walks everything: O(n log n).
+// For an Untracked allocator, which knows no allocations, it checks the
+// free ranges and that the rest of the capacity is Used.
 func checkInvariants(a *Allocator) error {
-	t := &a.bySize
-	// Size index: in-order keys strictly increase, heap order holds, count
-	// matches, and each node is registered under its start and end.
-	var inorder []int32
-	var walk func(x int32, parentPrio uint32) error
-	walk = func(x int32, parentPrio uint32) error {
-		if x == nilNode {
-			return nil
+	t := &a.free
+	// Both orders: in-order keys strictly increase, heap order holds, and
+	// each holds count nodes.
+	walkOrder := func(root int32, kids func(freeNode) (int32, int32)) ([]int32, error) {
+		var inorder []int32
+		var walk func(x int32, parentPrio uint32) error
+		walk = func(x int32, parentPrio uint32) error {
+			if x == nilNode {
+				return nil
+			}
+			nd := t.nodes[x]
+			if nd.prio > parentPrio {
+				return fmt.Errorf("node %d prio %d above parent %d", x, nd.prio, parentPrio)
+			}
+			l, r := kids(nd)
+			if err := walk(l, nd.prio); err != nil {
+				return err
+			}
+			inorder = append(inorder, x)
+			return walk(r, nd.prio)
 		}
-		nd := t.nodes[x]
-		if nd.prio > parentPrio {
-			return fmt.Errorf("node %d prio %d above parent %d", x, nd.prio, parentPrio)
-		}
-		if err := walk(nd.left, nd.prio); err != nil {
-			return err
-		}
-		inorder = append(inorder, x)
-		return walk(nd.right, nd.prio)
+		return inorder, walk(root, math.MaxUint32)
 	}
-	if err := walk(t.root, math.MaxUint32); err != nil {
+	inorder, err := walkOrder(t.root, func(nd freeNode) (int32, int32) { return nd.left, nd.right })
+	if err != nil {
 		return err
 	}
 	if len(inorder) != t.count {
@@ -44,23 +51,52 @@ func checkInvariants(a *Allocator) error {
 			return fmt.Errorf("size index out of order: (%d,%d) before (%d,%d)", p.size, p.start, q.size, q.start)
 		}
 	}
-	if len(a.byStart) != t.count || len(a.byEnd) != t.count {
-		return fmt.Errorf("byStart %d, byEnd %d, size index %d", len(a.byStart), len(a.byEnd), t.count)
+	byStart, err := walkOrder(t.sroot, func(nd freeNode) (int32, int32) { return nd.sleft, nd.sright })
+	if err != nil {
+		return err
+	}
+	if len(byStart) != t.count {
+		return fmt.Errorf("start index holds %d nodes, count %d", len(byStart), t.count)
+	}
+	for i := 1; i < len(byStart); i++ {
+		if p, q := t.nodes[byStart[i-1]], t.nodes[byStart[i]]; p.start >= q.start {
+			return fmt.Errorf("start index out of order: %d before %d", p.start, q.start)
+		}
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(inorder)), slices.Sorted(slices.Values(byStart))) {
+		return fmt.Errorf("size and start indexes hold different nodes")
 	}
 	type span struct {
 		start, end uint64
 		free       bool
 	}
 	var spans []span
+	var free uint64
 	for _, n := range inorder {
 		nd := t.nodes[n]
 		if nd.size == 0 {
 			return fmt.Errorf("empty free range at %d", nd.start)
 		}
-		if a.byStart[nd.start] != n || a.byEnd[nd.start+nd.size] != n {
-			return fmt.Errorf("free range [%d,%d) not indexed by start/end", nd.start, nd.start+nd.size)
+		if t.startingAt(nd.start) != n || t.endingAt(nd.start+nd.size) != n {
+			return fmt.Errorf("free range [%d,%d) not found by start/end", nd.start, nd.start+nd.size)
 		}
 		spans = append(spans, span{nd.start, nd.start + nd.size, true})
+		free += nd.size
+	}
+	if a.live == nil {
+		if free+a.used != a.capacity {
+			return fmt.Errorf("free %d + used %d != capacity %d", free, a.used, a.capacity)
+		}
+		slices.SortFunc(spans, func(x, y span) int { return cmpUint64(x.start, y.start) })
+		for i, s := range spans {
+			if s.end > a.capacity {
+				return fmt.Errorf("free range [%d,%d) outside capacity %d", s.start, s.end, a.capacity)
+			}
+			if i > 0 && spans[i-1].end >= s.start {
+				return fmt.Errorf("free ranges at %d and %d overlap or touch", spans[i-1].start, s.start)
+			}
+		}
+		return nil
 	}
 	var used uint64
 	for off, size := range a.live {
@@ -70,8 +106,8 @@ func checkInvariants(a *Allocator) error {
 		used += size
 		spans = append(spans, span{off, off + size, false})
 	}
-	if used != a.used {
-		return fmt.Errorf("used %d, live allocations sum to %d", a.used, used)
+	if used != a.used || len(a.live) != a.allocs {
+		return fmt.Errorf("used %d in %d allocations, live allocations sum to %d in %d", a.used, a.allocs, used, len(a.live))
 	}
 	// Disjoint, adjacent, maximal free ranges, covering [0, capacity).
 	slices.SortFunc(spans, func(x, y span) int { return cmpUint64(x.start, y.start) })
@@ -653,6 +689,13 @@ func TestPropertyAgainstReference(t *testing.T) {
 				capacity := uint64(16 + rng.IntN(240))
 				a := mustNew(t, capacity)
 				a.alignScan = tt.alignScan
+				// u is an Untracked twin: same calls, FreeSized instead of
+				// Free; it must place exactly as a does.
+				u, err := New(capacity, Untracked())
+				if err != nil {
+					t.Fatal(err)
+				}
+				u.alignScan = tt.alignScan
 				ref := &refAllocator{used: make([]bool, capacity)}
 				type liveAlloc struct{ off, size uint64 }
 				var live []liveAlloc
@@ -680,6 +723,9 @@ func TestPropertyAgainstReference(t *testing.T) {
 							if !errors.Is(err, ErrNoSpace) {
 								fail("step %d: Alloc(%d, %d) = %d, %v; reference: no hole fits", step, size, align, off, err)
 							}
+							if _, err := u.Alloc(size, align); !errors.Is(err, ErrNoSpace) {
+								fail("step %d: untracked Alloc(%d, %d): %v; reference: no hole fits", step, size, align, err)
+							}
 							break
 						}
 						if err != nil {
@@ -698,6 +744,9 @@ func TestPropertyAgainstReference(t *testing.T) {
 						}
 						if tt.exactBest && off != want {
 							fail("step %d: Alloc(%d, %d) = %d, best fit is %d", step, size, align, off, want)
+						}
+						if uoff, err := u.Alloc(size, align); err != nil || uoff != off {
+							fail("step %d: untracked Alloc(%d, %d) = %d, %v; tracked %d", step, size, align, uoff, err, off)
 						}
 						ref.mark(off, size, true)
 						live = append(live, liveAlloc{off, size})
@@ -718,6 +767,12 @@ func TestPropertyAgainstReference(t *testing.T) {
 						if err := a.Free(v.off); !errors.Is(err, ErrNotAllocated) {
 							fail("step %d: double Free(%d): %v", step, v.off, err)
 						}
+						if err := u.FreeSized(v.off, v.size); err != nil {
+							fail("step %d: untracked FreeSized(%d, %d): %v", step, v.off, v.size, err)
+						}
+						if err := u.FreeSized(v.off, v.size); !errors.Is(err, ErrNotAllocated) {
+							fail("step %d: double FreeSized(%d, %d): %v", step, v.off, v.size, err)
+						}
 					default:
 						// A request of LargestFree bytes without alignment
 						// always succeeds; undo it at once.
@@ -731,6 +786,12 @@ func TestPropertyAgainstReference(t *testing.T) {
 						}
 						if err := a.Free(off); err != nil {
 							fail("step %d: Free(%d): %v", step, off, err)
+						}
+						if uoff, err := u.Alloc(lf, 0); err != nil || uoff != off {
+							fail("step %d: untracked Alloc(LargestFree=%d) = %d, %v; tracked %d", step, lf, uoff, err, off)
+						}
+						if err := u.FreeSized(off, lf); err != nil {
+							fail("step %d: untracked FreeSized(%d, %d): %v", step, off, lf, err)
 						}
 					}
 					runs := ref.runs()
@@ -747,15 +808,27 @@ func TestPropertyAgainstReference(t *testing.T) {
 					if err := checkInvariants(a); err != nil {
 						fail("step %d: %v", step, err)
 					}
+					if us := u.Stats(); us != s {
+						fail("step %d: untracked Stats %+v, tracked %+v", step, us, s)
+					}
+					if err := checkInvariants(u); err != nil {
+						fail("step %d: untracked: %v", step, err)
+					}
 				}
 				for _, v := range live {
 					if err := a.Free(v.off); err != nil {
 						fail("final Free(%d): %v", v.off, err)
 					}
+					if err := u.FreeSized(v.off, v.size); err != nil {
+						fail("final untracked FreeSized(%d, %d): %v", v.off, v.size, err)
+					}
 				}
 				want := Stats{Capacity: capacity, Free: capacity, LargestFree: capacity, FreeRanges: 1}
 				if s := a.Stats(); s != want {
 					fail("after freeing all: %+v, want %+v", s, want)
+				}
+				if s := u.Stats(); s != want {
+					fail("untracked after freeing all: %+v, want %+v", s, want)
 				}
 			}
 		})

@@ -24,7 +24,16 @@
 // AllocAt reserves a range chosen by the caller instead (it fails unless
 // every byte of it is free). A master taking over from another uses it to
 // re-create the placements recorded in the replicated object table; it is
-// O(log n) when ranges are restored in ascending offset order.
+// O(log n) too.
+//
+// # Memory
+//
+// By default every live allocation costs a map entry (offset to size) so
+// that Free and SizeOf take an offset alone. New(capacity, Untracked())
+// keeps no record per allocation, for a caller that knows each
+// allocation's size (the store master, which holds millions): it frees with
+// FreeSized. The free-range indexes and the map are rebuilt smaller after
+// mass frees, so their memory is given back.
 //
 // # Concurrency
 //

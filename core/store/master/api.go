@@ -2,7 +2,7 @@ package master
 
 import (
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -61,12 +61,12 @@ func (m *Master) removable(o *object, force bool, now time.Time) error {
 	switch {
 	case !o.complete:
 		return store.Errorf(store.ReplicaIsNotReady, "key %q is being written", o.key)
-	case !force && o.leaseUntil.After(now):
-		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", o.key, o.leaseUntil.Sub(now))
+	case !force && m.leased(o, now):
+		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", o.key, m.timeOf(o.leaseUntil).Sub(now))
 	case !force && o.hardPin:
 		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", o.key)
-	case !force && o.task != nil && o.task.taken:
-		return store.Errorf(store.ObjectReplicaBusy, "key %q: a %s to the disk tier is in progress", o.key, o.task.kind)
+	case !force && o.task() != nil && o.task().taken:
+		return store.Errorf(store.ObjectReplicaBusy, "key %q: a %s to the disk tier is in progress", o.key, o.task().kind)
 	}
 	return nil
 }
@@ -98,8 +98,8 @@ func (m *Master) RemoveByRegex(expr string, force bool) (int, error) {
 	}
 	now := m.cfg.Now()
 	var victims []*object
-	for k, o := range m.objects {
-		if re.MatchString(k) && m.removable(o, force, now) == nil {
+	for o := range m.objects.all {
+		if re.MatchString(o.key) && m.removable(o, force, now) == nil {
 			victims = append(victims, o)
 		}
 	}
@@ -117,8 +117,8 @@ func (m *Master) RemoveByRegex(expr string, force bool) (int, error) {
 func (m *Master) RemoveAll(force bool) int {
 	now := m.cfg.Now()
 	var victims []*object
-	for _, o := range m.objects {
-		if m.removable(o, true, now) == nil && (force || !o.leaseUntil.After(now)) {
+	for o := range m.objects.all {
+		if m.removable(o, true, now) == nil && (force || !m.leased(o, now)) {
 			victims = append(victims, o)
 		}
 	}
@@ -135,23 +135,23 @@ func (m *Master) Stat(key string) (ObjectInfo, error) {
 	if err := checkKey(key); err != nil {
 		return ObjectInfo{}, err
 	}
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return ObjectInfo{}, store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
 	return m.info(o, m.cfg.Now()), nil
 }
 
 func (m *Master) info(o *object, now time.Time) ObjectInfo {
-	in := ObjectInfo{Key: o.key, Size: o.size, Owner: o.owner, Complete: o.complete, Replicas: m.descs(o), SoftPin: o.softPin, HardPin: o.hardPin, ID: o.id}
-	if t := o.disk; t != nil {
+	in := ObjectInfo{Key: o.key, Size: o.size, Owner: m.owners.name(o.owner), Complete: o.complete, Replicas: m.descs(o), SoftPin: o.softPin, HardPin: o.hardPin, ID: o.id}
+	if t := o.disk(); t != nil {
 		in.Replicas = append(in.Replicas, Replica{Type: ReplicaLocalDisk, Segment: t.seg.Name, SegmentID: t.seg.ID, Size: o.size, Status: ReplicaComplete})
 	}
-	if o.leaseUntil.After(now) {
-		in.LeaseLeft = o.leaseUntil.Sub(now)
+	if m.leased(o, now) {
+		in.LeaseLeft = m.timeOf(o.leaseUntil).Sub(now)
 	}
-	if o.softPinned(now) {
-		in.SoftPinLeft = o.softPinUntil.Sub(now)
+	if m.softPinned(o, now) {
+		in.SoftPinLeft = m.timeOf(o.when).Sub(now)
 	}
 	return in
 }
@@ -164,8 +164,8 @@ func (m *Master) GetSize(key string) (uint64, error) {
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return 0, store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
 	if !o.complete {
@@ -219,7 +219,7 @@ func (m *Master) ReMountSegment(segs []Segment, client string) error {
 
 func segInfo(s *segment) SegmentInfo {
 	st := s.alloc.Stats()
-	return SegmentInfo{Segment: s.Segment, Client: s.client, Used: st.Used, LargestFree: st.LargestFree, Objects: len(s.objects)}
+	return SegmentInfo{Segment: s.Segment, Client: s.client, Used: st.Used, LargestFree: st.LargestFree, Objects: s.nobj}
 }
 
 // ListSegments describes every mounted segment, in ID order.
@@ -252,21 +252,21 @@ func (m *Master) ListKeys(prefix string, limit int) ([]ObjectInfo, int, error) {
 	if limit < 0 {
 		return nil, 0, store.Errorf(store.InvalidParams, "limit %d", limit)
 	}
-	var keys []string
-	for k := range m.objects {
-		if strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
+	var objs []*object
+	for o := range m.objects.all {
+		if strings.HasPrefix(o.key, prefix) {
+			objs = append(objs, o)
 		}
 	}
-	sort.Strings(keys)
-	total := len(keys)
-	if limit > 0 && len(keys) > limit {
-		keys = keys[:limit]
+	slices.SortFunc(objs, func(a, b *object) int { return strings.Compare(a.key, b.key) })
+	total := len(objs)
+	if limit > 0 && len(objs) > limit {
+		objs = objs[:limit]
 	}
 	now := m.cfg.Now()
-	out := make([]ObjectInfo, len(keys))
-	for i, k := range keys {
-		out[i] = m.info(m.objects[k], now)
+	out := make([]ObjectInfo, len(objs))
+	for i, o := range objs {
+		out[i] = m.info(o, now)
 	}
 	return out, total, nil
 }

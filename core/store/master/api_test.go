@@ -202,8 +202,8 @@ func lease(t testing.TB, m *Master, key string) {
 
 func keysOf(m *Master) []string {
 	var ks []string
-	for k := range m.objects {
-		ks = append(ks, k)
+	for o := range m.objects.all {
+		ks = append(ks, o.key)
 	}
 	slices.Sort(ks)
 	return ks

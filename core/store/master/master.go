@@ -192,35 +192,35 @@ type Replica struct {
 
 type segment struct {
 	Segment
-	client  string
-	alloc   *alloc.Allocator
-	objects map[*object]struct{} // objects with a replica (or a load's staging range) here
-	disk    *diskTier            // attached disk tier, or nil
+	client string
+	alloc  *alloc.Allocator
+	nobj   int // objects with a replica (or a piece, or a load's staging range) here
+	// objects are those nobj objects while a disk tier is attached
+	// (StagingRetry reads them), else nil (see object.go).
+	objects *objSet
+	disk    *diskTier // attached disk tier, or nil
+}
+
+// track and untrack count o in or out of s (o gains or loses its one
+// range on s).
+func (s *segment) track(o *object) {
+	s.nobj++
+	if s.objects != nil {
+		s.objects.add(o)
+	}
+}
+
+func (s *segment) untrack(o *object) {
+	s.nobj--
+	if s.objects != nil {
+		s.objects.del(o)
+	}
 }
 
 type replica struct {
 	seg    *segment
 	offset uint64
 	stripe []piece // nil: contiguous [offset, offset+size) on seg; else every piece, stripe[0] at seg/offset
-}
-
-type object struct {
-	key        string
-	size       uint64
-	replicas   []replica
-	owner      string
-	started    time.Time // PutStart time
-	complete   bool
-	leaseUntil time.Time
-	prev, next *object // LRU list (complete objects only); head.next is most recent
-
-	softPin, hardPin bool      // ReplicaConfig.WithSoftPin / WithHardPin
-	softPinUntil     time.Time // soft pin deadline, refreshed by each lease grant
-
-	id        uint64    // identity of this value (tier tasks name it)
-	disk      *diskTier // LOCAL_DISK replica, or nil
-	task      *tierTask // queued or taken tier task, or nil
-	noOffload bool      // an offload failed: do not try again
 }
 
 // clientState is what the master knows of a live client (see Ping).
@@ -232,9 +232,11 @@ type clientState struct {
 	mounted bool
 }
 
+// discarded is space of an abandoned write (or load) held until release,
+// since its writer may still be writing into it.
 type discarded struct {
-	replicas []replica
-	release  time.Time
+	pieces  []piece
+	release time.Time
 }
 
 // Stats is a snapshot of the pool's usage.
@@ -284,8 +286,10 @@ type Master struct {
 	cfg      Config
 	segs     map[string]*segment // by ID
 	order    []*segment          // placement order, sorted by ID
-	objects  map[string]*object
-	lru      object // sentinel of the LRU ring
+	objects  *objTable
+	owners   owners    // writers of the objects in the table
+	epoch    time.Time // origin of the objects' time stamps (Master.stamp)
+	lru      object    // sentinel of the LRU ring
 	clients  map[string]clientState
 	discards []discarded
 	capacity uint64
@@ -311,8 +315,8 @@ func New(cfg Config) (*Master, error) {
 		return nil, err
 	}
 	cfg.defaults()
-	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: map[string]*object{}, clients: map[string]clientState{},
-		nextID: 1, inflight: map[*tierTask]struct{}{}}
+	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: newObjTable(), clients: map[string]clientState{},
+		nextID: 1, inflight: map[*tierTask]struct{}{}, epoch: cfg.Now()}
 	m.lru.prev, m.lru.next = &m.lru, &m.lru
 	return m, nil
 }
@@ -373,11 +377,11 @@ func (m *Master) MountSegment(seg Segment, client string) error {
 	if _, ok := m.segs[seg.ID]; ok {
 		return store.Errorf(store.SegmentAlreadyExists, "segment %q", seg.ID)
 	}
-	a, err := alloc.New(seg.Size)
+	a, err := alloc.New(seg.Size, alloc.Untracked()) // every range's size is kept here
 	if err != nil {
 		return store.Errorf(store.InvalidParams, "segment %q: %v", seg.ID, err)
 	}
-	s := &segment{Segment: seg, client: client, alloc: a, objects: map[*object]struct{}{}}
+	s := &segment{Segment: seg, client: client, alloc: a}
 	m.segs[seg.ID] = s
 	m.order = insertByID(m.order, s)
 	if seg.Kind == store.SegmentStandalone {
@@ -420,23 +424,22 @@ func (m *Master) UnmountSegment(id, client string) error {
 	if !ok {
 		return store.Errorf(store.SegmentNotFound, "segment %q", id)
 	}
-	for o := range s.objects {
+	for _, o := range m.objectsOn(s) {
 		m.dropReplicasOn(o, s)
 	}
 	m.dropTier(s, s)
 	// Discarded ranges on this segment vanish with it.
 	for i := range m.discards {
-		kept := m.discards[i].replicas[:0]
-		for _, r := range m.discards[i].replicas {
-			if r.seg != s {
-				kept = append(kept, r)
+		kept := m.discards[i].pieces[:0]
+		for _, p := range m.discards[i].pieces {
+			if p.seg != s {
+				kept = append(kept, p)
 			} else {
-				sz, _ := s.alloc.SizeOf(r.offset)
-				m.stats.DiscardedBytes -= sz
-				m.used -= sz
+				m.stats.DiscardedBytes -= p.size
+				m.used -= p.size
 			}
 		}
-		m.discards[i].replicas = kept
+		m.discards[i].pieces = kept
 	}
 	delete(m.segs, id)
 	m.order = removeSeg(m.order, s)
@@ -465,12 +468,51 @@ func (m *Master) Ping(client string) (needRemount bool, err error) {
 	return !c.mounted, nil
 }
 
+// objectsOn returns the objects with a range on s: a replica, a piece of
+// one, or a load's staging range. Without a disk tier s keeps no set of
+// them and the whole table is scanned (upstream's unmount scans every
+// object too).
+func (m *Master) objectsOn(s *segment) []*object {
+	out := make([]*object, 0, s.nobj)
+	if s.objects != nil {
+		for o := range s.objects.all {
+			out = append(out, o)
+		}
+		return out
+	}
+	if s.nobj == 0 {
+		return out
+	}
+	for o := range m.objects.all {
+		if m.onSegment(o, s) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// onSegment reports whether o has a range on s (see objectsOn).
+func (m *Master) onSegment(o *object, s *segment) bool {
+	if o.seg == s {
+		return true
+	}
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
+		if r.on(s) {
+			return true
+		}
+	}
+	t := o.task()
+	return t != nil && t.kind == TaskLoad && t.staging.seg == s
+}
+
 func (m *Master) free(o *object) {
 	m.observeRemoved(o)
-	for _, r := range o.replicas {
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
 		m.freeReplica(o, r, nil)
 	}
-	o.replicas = nil
+	o.dropReplicas()
 	m.forget(o)
 }
 
@@ -479,8 +521,10 @@ func (m *Master) descs(o *object) []Replica {
 	if o.complete {
 		st = ReplicaComplete
 	}
-	out := make([]Replica, len(o.replicas))
-	for i, r := range o.replicas {
+	var one [1]replica
+	rs := o.replicas(&one)
+	out := make([]Replica, len(rs))
+	for i, r := range rs {
 		out[i] = describe(o, r, st)
 	}
 	return out
@@ -530,10 +574,10 @@ const leaseEndScan = 4096
 func (m *Master) nextLeaseEnd(now time.Time) (time.Time, bool) {
 	n := 0
 	for o := m.lru.prev; o != &m.lru && n < leaseEndScan; o, n = o.prev, n+1 {
-		if o.hardPin || !o.leaseUntil.After(now) {
+		if o.hardPin || !m.leased(o, now) {
 			continue
 		}
-		return o.leaseUntil, true
+		return m.timeOf(o.leaseUntil), true
 	}
 	return time.Time{}, false
 }
@@ -551,8 +595,8 @@ func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, un
 	m.touchClient(client)
 	now := m.cfg.Now()
 	m.releaseDiscards(now)
-	if o, ok := m.objects[key]; ok {
-		if o.complete || now.Sub(o.started) < m.cfg.PutStartDiscardTimeout {
+	if o := m.objects.get(key); o != nil {
+		if o.complete || time.Duration(m.stamp(now)-o.when) < m.cfg.PutStartDiscardTimeout {
 			return nil, time.Time{}, false, store.Errorf(store.ObjectAlreadyExists, "key %q", key)
 		}
 		// Take over a stale write: its writer may still be writing, so its
@@ -562,10 +606,10 @@ func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, un
 	if size > m.capacity {
 		return nil, time.Time{}, false, store.Errorf(store.NoAvailableHandle, "key %q: %d bytes exceed pool capacity %d", key, size, m.capacity)
 	}
-	o := &object{key: key, size: size, owner: client, started: now, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, id: m.nextID}
+	o := &object{key: key, size: size, when: m.stamp(now), leaseUntil: noStamp, softPin: cfg.WithSoftPin, hardPin: cfg.WithHardPin, id: m.nextID}
 	m.nextID++
 	m.allocate(o, cfg, now)
-	if len(o.replicas) == 0 {
+	if o.nreps() == 0 {
 		var err error
 		leaseEnd, leased := m.nextLeaseEnd(now)
 		var retryAt time.Time
@@ -586,7 +630,7 @@ func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, un
 		}
 		return nil, retryAt, wait, err
 	}
-	m.adopt(o, cfg.ReplicaNum)
+	m.adopt(o, client, cfg.ReplicaNum)
 	return m.descs(o), time.Time{}, false, nil
 }
 
@@ -604,12 +648,12 @@ func (m *Master) evictTarget(need uint64) uint64 {
 // OBJECT_NOT_FOUND; ILLEGAL_CLIENT (another client's write). Mirrors
 // upstream PutEnd.
 func (m *Master) PutEnd(client, key string) error {
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
-	if o.owner != client {
-		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, o.owner, client)
+	if w := m.owners.name(o.owner); w != client {
+		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, w, client)
 	}
 	m.touchClient(client)
 	if o.complete {
@@ -631,12 +675,12 @@ func (m *Master) PutEnd(client, key string) error {
 // Errors: OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (already
 // complete). Mirrors upstream PutRevoke.
 func (m *Master) PutRevoke(client, key string) error {
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
-	if o.owner != client {
-		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, o.owner, client)
+	if w := m.owners.name(o.owner); w != client {
+		return store.Errorf(store.IllegalClient, "key %q is written by %q, not %q", key, w, client)
 	}
 	if o.complete {
 		return store.Errorf(store.InvalidWrite, "key %q is complete; nothing to revoke", key)
@@ -664,11 +708,11 @@ func (m *Master) GetReplicaList(key string) ([]Replica, time.Duration, error) {
 
 // grant leases o; a use for LRU when o is in DRAM.
 func (m *Master) grant(o *object) {
-	until := m.cfg.Now().Add(m.cfg.DefaultLeaseTTL)
-	if until.After(o.leaseUntil) {
+	until := m.stamp(m.cfg.Now().Add(m.cfg.DefaultLeaseTTL))
+	if until > o.leaseUntil {
 		o.leaseUntil = until
 	}
-	if len(o.replicas) > 0 {
+	if o.nreps() > 0 {
 		m.lruFront(o)
 	}
 	m.refreshSoftPin(o)
@@ -681,8 +725,8 @@ func (m *Master) ExistKey(key string) (bool, error) {
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
-	o, ok := m.objects[key]
-	if !ok || !o.complete {
+	o := m.objects.get(key)
+	if o == nil || !o.complete {
 		return false, nil
 	}
 	m.grant(o)
@@ -698,21 +742,12 @@ func (m *Master) Remove(key string, force bool) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
-	if !o.complete {
-		return store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
-	}
-	if !force && o.leaseUntil.After(m.cfg.Now()) {
-		return store.Errorf(store.ObjectHasLease, "key %q is leased for %v more", key, o.leaseUntil.Sub(m.cfg.Now()))
-	}
-	if !force && o.hardPin {
-		return store.Errorf(store.ObjectHasLease, "key %q is hard-pinned; remove it with force", key)
-	}
-	if !force && o.task != nil && o.task.taken {
-		return store.Errorf(store.ObjectReplicaBusy, "key %q: a %s to the disk tier is in progress", key, o.task.kind)
+	if err := m.removable(o, force, m.cfg.Now()); err != nil {
+		return err
 	}
 	m.free(o)
 	return nil
@@ -757,12 +792,11 @@ func (m *Master) releaseDiscards(now time.Time) {
 			kept = append(kept, d)
 			continue
 		}
-		for _, r := range d.replicas {
-			if sz, ok := r.seg.alloc.SizeOf(r.offset); ok {
-				m.stats.DiscardedBytes -= sz
-				m.used -= sz
+		for _, p := range d.pieces {
+			if p.seg.alloc.FreeSized(p.offset, p.size) == nil {
+				m.stats.DiscardedBytes -= p.size
+				m.used -= p.size
 				m.spaceSeq++
-				_ = r.seg.alloc.Free(r.offset)
 			}
 		}
 	}
@@ -773,16 +807,16 @@ func (m *Master) releaseDiscards(now time.Time) {
 func (m *Master) Stats() Stats {
 	s := m.stats
 	s.Capacity, s.Used = m.capacity, m.used
-	s.Objects, s.Segments, s.Clients = len(m.objects), len(m.order), len(m.clients)
+	s.Objects, s.Segments, s.Clients = m.objects.len(), len(m.order), len(m.clients)
 	s.SoftPinned, s.HardPinned = m.pinned.soft, m.pinned.hard
 	s.DiskCapacity, s.PendingOffloadBytes = m.diskCapacity, m.pendingFree
 	for _, seg := range m.order {
 		st := seg.alloc.Stats()
-		d := SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: len(seg.objects)}
+		d := SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: seg.nobj}
 		if t := seg.disk; t != nil {
-			d.DiskCapacity, d.DiskUsed, d.DiskObjects = t.capacity, t.used, len(t.objects)
+			d.DiskCapacity, d.DiskUsed, d.DiskObjects = t.capacity, t.used, t.objects.len()
 			s.DiskUsed += t.used
-			s.DiskObjects += len(t.objects)
+			s.DiskObjects += t.objects.len()
 		}
 		s.SegmentsDetail = append(s.SegmentsDetail, d)
 	}

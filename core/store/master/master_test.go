@@ -114,8 +114,7 @@ func exists(t testing.TB, m *Master, key string) bool {
 
 // present reports whether key is in the table without granting a lease.
 func present(m *Master, key string) bool {
-	_, ok := m.objects[key]
-	return ok
+	return m.objects.get(key) != nil
 }
 
 func TestNewValidate(t *testing.T) {

@@ -391,11 +391,15 @@ func (p *propRun) checkInvariants(i int, op string) {
 	}
 	st := m.Stats()
 	// Keys and states.
-	if len(m.objects) != len(md.objs) || st.Objects != len(md.objs) {
-		fail("master has %d keys (stats %d), model %d", len(m.objects), st.Objects, len(md.objs))
+	if m.objects.len() != len(md.objs) || st.Objects != len(md.objs) {
+		fail("master has %d keys (stats %d), model %d", m.objects.len(), st.Objects, len(md.objs))
+	}
+	if err := checkSegmentCounts(m); err != nil {
+		fail("%v", err)
 	}
 	var live, lruWant uint64
-	for k, o := range m.objects {
+	for o := range m.objects.all {
+		k := o.key
 		mo, ok := md.objs[k]
 		if !ok {
 			fail("master has key %q the model does not", k)
@@ -404,7 +408,8 @@ func (p *propRun) checkInvariants(i int, op string) {
 			fail("key %q complete=%v, model %v", k, o.complete, mo.complete)
 		}
 		var reps [][]string
-		for _, r := range o.replicas {
+		var one [1]replica
+		for _, r := range o.replicas(&one) {
 			var ids []string
 			var sum uint64
 			for _, pc := range r.parts(o.size) {
@@ -419,7 +424,7 @@ func (p *propRun) checkInvariants(i int, op string) {
 		if !sameReps(reps, mo.reps) || len(reps) == 0 {
 			fail("key %q replicas on %v, model %v", k, reps, mo.reps)
 		}
-		live += o.size * uint64(len(o.replicas))
+		live += o.size * uint64(o.nreps())
 		if o.complete {
 			lruWant++
 		}
@@ -427,8 +432,8 @@ func (p *propRun) checkInvariants(i int, op string) {
 	// The LRU ring holds exactly the complete objects.
 	var lruN uint64
 	for o := m.lru.next; o != &m.lru; o = o.next {
-		if !o.complete || m.objects[o.key] != o {
-			fail("LRU holds %q (complete %v, in table %v)", o.key, o.complete, m.objects[o.key] == o)
+		if !o.complete || m.objects.get(o.key) != o {
+			fail("LRU holds %q (complete %v, in table %v)", o.key, o.complete, m.objects.get(o.key) == o)
 		}
 		lruN++
 	}
@@ -470,8 +475,10 @@ func (p *propRun) checkInvariants(i int, op string) {
 		what     string
 	}
 	bySeg := map[*segment][]rng{}
-	for k, o := range m.objects {
-		for _, r := range o.replicas {
+	for o := range m.objects.all {
+		k := o.key
+		var one [1]replica
+		for _, r := range o.replicas(&one) {
 			for _, pc := range r.parts(o.size) {
 				if m.segs[pc.seg.ID] != pc.seg {
 					fail("key %q has a replica on unmounted segment %s", k, pc.seg.ID)
@@ -481,12 +488,11 @@ func (p *propRun) checkInvariants(i int, op string) {
 		}
 	}
 	for _, d := range m.discards {
-		for _, r := range d.replicas {
-			sz, ok := r.seg.alloc.SizeOf(r.offset)
-			if !ok || m.segs[r.seg.ID] != r.seg {
-				fail("discarded range on %s@%d not allocated", r.seg.ID, r.offset)
+		for _, p := range d.pieces {
+			if m.segs[p.seg.ID] != p.seg {
+				fail("discarded range on unmounted %s@%d", p.seg.ID, p.offset)
 			}
-			bySeg[r.seg] = append(bySeg[r.seg], rng{r.offset, r.offset + sz, "discarded"})
+			bySeg[p.seg] = append(bySeg[p.seg], rng{p.offset, p.offset + p.size, "discarded"})
 		}
 	}
 	for s, rs := range bySeg {
@@ -501,6 +507,27 @@ func (p *propRun) checkInvariants(i int, op string) {
 		}
 		if got := s.alloc.Stats().Allocations; got != len(rs) {
 			fail("segment %s: %d allocations, %d live ranges", s.ID, got, len(rs))
+		}
+	}
+	// The allocators (which record no sizes) hold exactly those ranges:
+	// every gap between them is free, and they hold the rest.
+	for _, s := range m.order {
+		rs := bySeg[s]
+		var pos, used uint64
+		for _, x := range append(rs, rng{s.Size, s.Size, "end"}) {
+			if x.off > pos {
+				if err := s.alloc.AllocAt(pos, x.off-pos); err != nil {
+					fail("segment %s: gap [%d,%d) is not free: %v", s.ID, pos, x.off, err)
+				}
+				if err := s.alloc.FreeSized(pos, x.off-pos); err != nil {
+					fail("segment %s: FreeSized(%d, %d): %v", s.ID, pos, x.off-pos, err)
+				}
+			}
+			used += x.end - x.off
+			pos = x.end
+		}
+		if st := s.alloc.Stats(); st.Used != used || st.Allocations != len(rs) {
+			fail("segment %s: allocator holds %d bytes in %d ranges, table %d in %d", s.ID, st.Used, st.Allocations, used, len(rs))
 		}
 	}
 }
@@ -611,4 +638,33 @@ func TestPropertyAgainstModel(t *testing.T) {
 			t.Errorf("no step reached %q", want)
 		}
 	}
+}
+
+// checkSegmentCounts checks every segment's object count (and, on a
+// segment with a disk tier, its object set) against a scan of the table.
+func checkSegmentCounts(m *Master) error {
+	for _, s := range m.order {
+		n := 0
+		for o := range m.objects.all {
+			if !m.onSegment(o, s) {
+				continue
+			}
+			n++
+			if s.objects != nil {
+				if _, ok := s.objects.m[o]; !ok {
+					return fmt.Errorf("segment %s (disk tier) does not list %q", s.ID, o.key)
+				}
+			}
+		}
+		if s.nobj != n {
+			return fmt.Errorf("segment %s counts %d objects, %d have a range there", s.ID, s.nobj, n)
+		}
+		if (s.disk != nil) != (s.objects != nil) {
+			return fmt.Errorf("segment %s: disk tier %v, object set %v", s.ID, s.disk != nil, s.objects != nil)
+		}
+		if s.objects != nil && s.objects.len() != n {
+			return fmt.Errorf("segment %s lists %d objects, %d have a range there", s.ID, s.objects.len(), n)
+		}
+	}
+	return nil
 }

@@ -15,16 +15,17 @@ import "time"
 //     it with OBJECT_HAS_LEASE, Remove with force and RemoveAll take it.
 //   - Leased objects are never evicted, pinned or not.
 
-// refreshSoftPin starts or extends o's soft pin.
+// refreshSoftPin starts or extends the soft pin of o, which is complete
+// (o.when holds the PutStart time until then).
 func (m *Master) refreshSoftPin(o *object) {
-	if o.softPin {
-		o.softPinUntil = m.cfg.Now().Add(m.cfg.DefaultSoftPinTTL)
+	if o.softPin && o.complete {
+		o.when = m.stamp(m.cfg.Now().Add(m.cfg.DefaultSoftPinTTL))
 	}
 }
 
 // softPinned reports whether o's soft pin is in force at now.
-func (o *object) softPinned(now time.Time) bool {
-	return o.softPin && o.softPinUntil.After(now)
+func (m *Master) softPinned(o *object, now time.Time) bool {
+	return o.softPin && o.complete && o.when > m.stamp(now)
 }
 
 // evict frees least recently used complete objects that are neither leased
@@ -62,12 +63,12 @@ func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, qu
 	var freed uint64
 	for o := m.lru.prev; o != &m.lru && freed+*queued < target; {
 		prev := o.prev
-		if !m.evictable(o, now) || o.softPinned(now) != soft || (diskOnly && o.disk == nil) {
+		if !m.evictable(o, now) || m.softPinned(o, now) != soft || (diskOnly && o.disk() == nil) {
 			o = prev
 			continue
 		}
-		n := o.size * uint64(len(o.replicas))
-		if t := o.task; t != nil {
+		n := o.size * uint64(o.nreps())
+		if t := o.task(); t != nil {
 			if t.taken || t.evict {
 				o = prev // busy, or already on its way out
 				continue
@@ -85,7 +86,7 @@ func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, qu
 			}
 			m.cancelTask(o, nil)
 		}
-		if o.disk != nil {
+		if o.disk() != nil {
 			freed += n
 			m.countEviction(o)
 			m.dropMemory(o)

@@ -135,10 +135,10 @@ func (m *Master) freeReplica(o *object, r replica, gone *segment) {
 			m.used -= p.size
 			continue
 		}
-		if err := p.seg.alloc.Free(p.offset); err == nil {
+		if err := p.seg.alloc.FreeSized(p.offset, p.size); err == nil {
 			m.used -= p.size
 		}
-		delete(p.seg.objects, o)
+		p.seg.untrack(o)
 	}
 }
 
@@ -146,32 +146,33 @@ func (m *Master) freeReplica(o *object, r replica, gone *segment) {
 // replica loses all its pieces), its LOCAL_DISK replica on s's disk tier
 // and its tier task there; o leaves the table with its last replica.
 func (m *Master) dropReplicasOn(o *object, s *segment) {
-	kept := o.replicas[:0]
-	for _, r := range o.replicas {
+	var one [1]replica
+	var kept []replica
+	for _, r := range o.replicas(&one) {
 		if r.on(s) {
 			m.freeReplica(o, r, s)
 		} else {
 			kept = append(kept, r)
 		}
 	}
-	o.replicas = kept
-	if t := o.task; t != nil && t.pending > 0 {
+	o.setReplicas(kept)
+	if t := o.task(); t != nil && t.pending > 0 {
 		// An offload queued by eviction frees what is left.
 		np := o.size * uint64(len(kept))
 		m.pendingFree -= t.pending - np
 		t.pending = np
 	}
-	if t := o.task; t != nil && (t.tier.seg == s || (t.kind == TaskLoad && t.staging.seg == s)) {
+	if t := o.task(); t != nil && (t.tier.seg == s || (t.kind == TaskLoad && t.staging.seg == s)) {
 		if t.kind == TaskLoad {
 			m.stats.DiskMisses++ // a reader waits for it: its node left
 		}
 		m.cancelTask(o, s)
 	}
-	if o.disk != nil && o.disk.seg == s {
+	if d := o.disk(); d != nil && d.seg == s {
 		m.detachDisk(o)
 	}
 	switch {
-	case len(kept) == 0 && o.disk == nil:
+	case len(kept) == 0 && o.disk() == nil:
 		m.forget(o)
 	case len(kept) == 0:
 		m.lruRemove(o) // only on disk now
@@ -184,10 +185,11 @@ func (m *Master) forget(o *object) {
 	m.cancelTask(o, nil)
 	m.detachDisk(o)
 	m.lruRemove(o)
-	if m.objects[o.key] != o {
+	if m.objects.get(o.key) != o {
 		return
 	}
-	delete(m.objects, o.key)
+	m.objects.del(o.key)
+	m.owners.release(o.owner)
 	if o.softPin {
 		m.pinned.soft--
 	}
@@ -196,19 +198,22 @@ func (m *Master) forget(o *object) {
 	}
 }
 
-// adopt puts a freshly placed o into the table.
-func (m *Master) adopt(o *object, asked int) {
-	m.objects[o.key] = o
+// adopt puts a freshly placed o, written by client, into the table.
+func (m *Master) adopt(o *object, client string, asked int) {
+	o.owner = m.owners.intern(client)
+	m.objects.put(o)
 	if o.softPin {
 		m.pinned.soft++
 	}
 	if o.hardPin {
 		m.pinned.hard++
 	}
-	if len(o.replicas) < asked {
+	var one [1]replica
+	rs := o.replicas(&one)
+	if len(rs) < asked {
 		m.stats.PartialPuts++
 	}
-	for _, r := range o.replicas {
+	for _, r := range rs {
 		if r.stripe != nil {
 			m.stats.StripedPuts++
 			break
@@ -220,16 +225,17 @@ func (m *Master) adopt(o *object, asked int) {
 // writer may still be writing) until PutStartReleaseTimeout, as one
 // contiguous discarded range per piece.
 func (m *Master) discard(o *object, now time.Time) {
-	var rs []replica
-	for _, r := range o.replicas {
+	var ps []piece
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
 		for _, p := range r.parts(o.size) {
-			rs = append(rs, replica{seg: p.seg, offset: p.offset})
-			delete(p.seg.objects, o)
+			ps = append(ps, p)
+			p.seg.untrack(o)
 			m.stats.DiscardedBytes += p.size
 		}
 	}
-	m.discards = append(m.discards, discarded{replicas: rs, release: now.Add(m.cfg.PutStartReleaseTimeout)})
-	o.replicas = nil
+	m.discards = append(m.discards, discarded{pieces: ps, release: now.Add(m.cfg.PutStartReleaseTimeout)})
+	o.dropReplicas()
 	m.forget(o)
 }
 
@@ -254,14 +260,14 @@ func (m *Master) allocate(o *object, cfg ReplicaConfig, now time.Time) {
 		} else {
 			m.place(o, want, cfg)
 		}
-		if len(o.replicas) == want || round == 4 {
+		if o.nreps() == want || round == 4 {
 			break
 		}
 		if m.evict(now, m.evictTarget(o.size)) == 0 {
 			break
 		}
 	}
-	if len(o.replicas) == 0 && !huge {
+	if o.nreps() == 0 && !huge {
 		m.placeStriped(o, 1)
 	}
 }
@@ -277,7 +283,11 @@ func kindRank(s *segment) int {
 
 // has reports whether o already has a range on s.
 func has(o *object, s *segment) bool {
-	for _, r := range o.replicas {
+	if o.seg == s {
+		return true
+	}
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
 		if r.on(s) {
 			return true
 		}
@@ -291,22 +301,22 @@ func has(o *object, s *segment) bool {
 // its host order over all segments).
 func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 	try := func(s *segment) {
-		if len(o.replicas) >= want || has(o, s) {
+		if o.nreps() >= want || has(o, s) {
 			return
 		}
 		off, err := s.alloc.Alloc(o.size, allocAlign)
 		if err != nil {
 			return
 		}
-		o.replicas = append(o.replicas, replica{seg: s, offset: off})
-		s.objects[o] = struct{}{}
+		o.addReplica(replica{seg: s, offset: off})
+		s.track(o)
 		m.used += o.size
 	}
 	for _, name := range cfg.PreferredSegments {
 		m.tryNamed(name, try)
 	}
 	m.tryNamed(cfg.PreferredSegment, try)
-	if len(m.order) == 0 || len(o.replicas) >= want {
+	if len(m.order) == 0 || o.nreps() >= want {
 		return
 	}
 	if m.cfg.AllocationStrategy == StrategyLocalFirst {
@@ -318,7 +328,7 @@ func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 		}
 	}
 	for _, segs := range [...][]*segment{m.standalone, m.embedded} {
-		if len(o.replicas) >= want {
+		if o.nreps() >= want {
 			return
 		}
 		m.placeOn(segs, o, want, try)
@@ -333,13 +343,13 @@ func (m *Master) placeOn(segs []*segment, o *object, want int, try func(*segment
 		return
 	}
 	if m.cfg.AllocationStrategy == StrategyFreeRatioFirst {
-		for _, s := range m.freeRatioSample(segs, o, want-len(o.replicas)) {
+		for _, s := range m.freeRatioSample(segs, o, want-o.nreps()) {
 			try(s)
 		}
 	}
 	// random, and the fallback of free_ratio_first.
 	start := m.cfg.Rand.IntN(n)
-	for i := 0; i < n && len(o.replicas) < want; i++ {
+	for i := 0; i < n && o.nreps() < want; i++ {
 		try(segs[(start+i)%n])
 	}
 }
@@ -454,7 +464,7 @@ func (m *Master) localOrder(host, key string) []*segment {
 // rolled back. A stripe that needs one piece only is an ordinary
 // contiguous replica.
 func (m *Master) placeStriped(o *object, want int) {
-	for len(o.replicas) < want {
+	for o.nreps() < want {
 		type cand struct {
 			s       *segment
 			largest uint64
@@ -493,7 +503,7 @@ func (m *Master) placeStriped(o *object, want int) {
 		}
 		if rest > 0 || len(ps) == 0 {
 			for _, p := range ps {
-				_ = p.seg.alloc.Free(p.offset)
+				_ = p.seg.alloc.FreeSized(p.offset, p.size)
 			}
 			return
 		}
@@ -502,9 +512,9 @@ func (m *Master) placeStriped(o *object, want int) {
 			r.stripe = ps
 		}
 		for _, p := range ps {
-			p.seg.objects[o] = struct{}{}
+			p.seg.track(o)
 			m.used += p.size
 		}
-		o.replicas = append(o.replicas, r)
+		o.addReplica(r)
 	}
 }

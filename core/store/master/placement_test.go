@@ -258,7 +258,7 @@ func TestStriping(t *testing.T) {
 		m := setup(t, 2)
 		mustPutStart(t, m, "c1", "w0", 512, 1) // in progress: never evicted
 		rs := mustPutStart(t, m, "c1", "w1", 640, 1)
-		if rs[0].SegmentID == m.objects["w0"].replicas[0].seg.ID {
+		if rs[0].SegmentID == m.objects.get("w0").seg.ID {
 			t.Fatal("w0 and w1 on one segment")
 		}
 		rs = mustPutStart(t, m, "c1", "mid", 800, 1) // 512 + 384 free
@@ -364,20 +364,21 @@ func checkTable(t *testing.T, m *Master, step int) {
 	bySeg := map[*segment][]rng{}
 	var live uint64
 	soft, hard := 0, 0
-	for _, o := range m.objects {
+	if err := checkSegmentCounts(m); err != nil {
+		t.Fatalf("step %d: %v", step, err)
+	}
+	for o := range m.objects.all {
 		if o.softPin {
 			soft++
 		}
 		if o.hardPin {
 			hard++
 		}
-		for _, r := range o.replicas {
+		var one [1]replica
+		for _, r := range o.replicas(&one) {
 			for _, p := range r.parts(o.size) {
 				bySeg[p.seg] = append(bySeg[p.seg], rng{p.offset, p.offset + p.size})
 				live += p.size
-				if _, ok := p.seg.objects[o]; !ok {
-					t.Fatalf("step %d: segment %s does not list %q", step, p.seg.ID, o.key)
-				}
 			}
 		}
 	}

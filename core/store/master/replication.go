@@ -126,30 +126,32 @@ func (m *Master) observeUnmounted(id string) {
 
 func (m *Master) observeCommitted(o *object) {
 	if ob := m.cfg.Observer; ob != nil {
-		ob.ObjectCommitted(record(o))
+		ob.ObjectCommitted(m.record(o))
 	}
 }
 
 func (m *Master) observeUpdated(o *object) {
 	if ob := m.cfg.Observer; ob != nil {
-		ob.ObjectUpdated(record(o))
+		ob.ObjectUpdated(m.record(o))
 	}
 }
 
 // observeRemoved reports o's removal if it is complete (an unfinished write
 // was never reported).
 func (m *Master) observeRemoved(o *object) {
-	if ob := m.cfg.Observer; ob != nil && o.complete && m.objects[o.key] == o {
+	if ob := m.cfg.Observer; ob != nil && o.complete && m.objects.get(o.key) == o {
 		ob.ObjectRemoved(o.key)
 	}
 }
 
-func record(o *object) ObjectRecord {
-	rec := ObjectRecord{Key: o.key, Size: o.size, Owner: o.owner, SoftPin: o.softPin, HardPin: o.hardPin, Replicas: make([]ReplicaRecord, len(o.replicas)), ID: o.id}
-	if o.disk != nil {
-		rec.Disk = o.disk.seg.ID
+func (m *Master) record(o *object) ObjectRecord {
+	var one [1]replica
+	rs := o.replicas(&one)
+	rec := ObjectRecord{Key: o.key, Size: o.size, Owner: m.owners.name(o.owner), SoftPin: o.softPin, HardPin: o.hardPin, Replicas: make([]ReplicaRecord, len(rs)), ID: o.id}
+	if d := o.disk(); d != nil {
+		rec.Disk = d.seg.ID
 	}
-	for i, r := range o.replicas {
+	for i, r := range rs {
 		rr := ReplicaRecord{SegmentID: r.seg.ID, Offset: r.offset}
 		if r.stripe != nil {
 			rr.Stripe = make([]PieceRecord, len(r.stripe))
@@ -177,8 +179,8 @@ func (m *Master) Dump() State {
 		st.Segments[i] = SegmentRecord{Segment: s.Segment, Client: s.client}
 		if s.disk != nil {
 			st.Segments[i].DiskCapacity = s.disk.capacity
-			for o := range s.disk.objects {
-				if len(o.replicas) == 0 {
+			for o := range s.disk.objects.all {
+				if o.nreps() == 0 {
 					diskOnly = append(diskOnly, o)
 				}
 			}
@@ -186,10 +188,10 @@ func (m *Master) Dump() State {
 	}
 	slices.SortFunc(diskOnly, func(a, b *object) int { return cmp.Compare(a.key, b.key) })
 	for _, o := range diskOnly {
-		st.Objects = append(st.Objects, record(o))
+		st.Objects = append(st.Objects, m.record(o))
 	}
 	for o := m.lru.prev; o != &m.lru; o = o.prev {
-		st.Objects = append(st.Objects, record(o))
+		st.Objects = append(st.Objects, m.record(o))
 	}
 	return st
 }
@@ -259,11 +261,11 @@ func (m *Master) RestoreDiskUnmount(id string) error {
 // RestoreObject otherwise, in which case the old object is gone and the
 // master should be discarded.
 func (m *Master) RestoreUpdate(rec ObjectRecord) error {
-	o, ok := m.objects[rec.Key]
-	if !ok || !o.complete {
+	o := m.objects.get(rec.Key)
+	if o == nil || !o.complete {
 		return store.Errorf(store.ObjectNotFound, "key %q: no complete object to update", rec.Key)
 	}
-	if sameRecord(record(o), rec) {
+	if sameRecord(m.record(o), rec) {
 		return nil
 	}
 	return m.quietly(func() error {
@@ -293,8 +295,8 @@ func (m *Master) RestoreUnmount(id string) error {
 // RestoreRemove removes the complete object key, if there is one, without
 // reporting it; it reports whether it removed something.
 func (m *Master) RestoreRemove(key string) bool {
-	o, ok := m.objects[key]
-	if !ok || !o.complete {
+	o := m.objects.get(key)
+	if o == nil || !o.complete {
 		return false
 	}
 	_ = m.quietly(func() error { m.free(o); return nil })
@@ -309,7 +311,7 @@ func (m *Master) RestoreRemove(key string) bool {
 // holds another object); NO_AVAILABLE_HANDLE (a recorded range is not free:
 // the table diverged from the one recorded). Nothing changes on error.
 func (m *Master) RestoreObject(rec ObjectRecord) error {
-	if o, ok := m.objects[rec.Key]; ok && o.complete && sameRecord(record(o), rec) {
+	if o := m.objects.get(rec.Key); o != nil && o.complete && sameRecord(m.record(o), rec) {
 		return nil
 	}
 	return m.RestoreObjects([]ObjectRecord{rec})
@@ -344,7 +346,7 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 		switch {
 		case seen[rec.Key]:
 			return store.Errorf(store.InvalidParams, "key %q restored twice", rec.Key)
-		case m.objects[rec.Key] != nil:
+		case m.objects.get(rec.Key) != nil:
 			return store.Errorf(store.ObjectAlreadyExists, "key %q", rec.Key)
 		case rec.Size == 0 || (len(rec.Replicas) == 0 && rec.Disk == ""):
 			return store.Errorf(store.InvalidParams, "key %q: %d bytes, %d replicas", rec.Key, rec.Size, len(rec.Replicas))
@@ -384,15 +386,15 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 	for i, r := range sorted {
 		if err := r.seg.alloc.AllocAt(r.offset, r.size); err != nil {
 			for _, u := range sorted[:i] {
-				_ = u.seg.alloc.Free(u.offset)
+				_ = u.seg.alloc.FreeSized(u.offset, u.size)
 			}
 			return store.Errorf(store.NoAvailableHandle, "segment %q: range [%d,+%d) not free: %v", r.seg.ID, r.offset, r.size, err)
 		}
 	}
 	now := m.cfg.Now()
 	for _, rec := range recs {
-		o := &object{key: rec.Key, size: rec.Size, owner: rec.Owner, started: now, complete: true,
-			leaseUntil: now.Add(m.cfg.DefaultLeaseTTL), softPin: rec.SoftPin, hardPin: rec.HardPin, id: rec.ID}
+		o := &object{key: rec.Key, size: rec.Size, owner: m.owners.intern(rec.Owner), when: m.stamp(now), complete: true,
+			leaseUntil: m.stamp(now.Add(m.cfg.DefaultLeaseTTL)), softPin: rec.SoftPin, hardPin: rec.HardPin, id: rec.ID}
 		if o.id == 0 {
 			o.id = m.nextID
 		}
@@ -410,19 +412,19 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 				}
 			}
 			for _, p := range r.parts(rec.Size) {
-				p.seg.objects[o] = struct{}{}
+				p.seg.track(o)
 				m.used += p.size
 			}
-			o.replicas = append(o.replicas, r)
+			o.addReplica(r)
 		}
-		m.objects[o.key] = o
+		m.objects.put(o)
 		if o.softPin {
 			m.pinned.soft++
 		}
 		if o.hardPin {
 			m.pinned.hard++
 		}
-		if len(o.replicas) > 0 {
+		if o.nreps() > 0 {
 			m.lruFront(o)
 		}
 		m.refreshSoftPin(o)

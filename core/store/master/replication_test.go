@@ -231,9 +231,9 @@ func replayRun(t *testing.T, seed uint64, steps int, tweak func(*Config)) Stats 
 				x := taken[i]
 				taken = slices.Delete(taken, i, i+1)
 				_ = leader.CompleteTierTask(x.seg, x.client, TaskResult{Kind: x.task.Kind, Key: x.task.Key, ObjectID: x.task.ObjectID, OK: rng.IntN(5) != 0})
-			case s.disk != nil && len(s.disk.objects) > 0:
+			case s.disk != nil && s.disk.objects.len() > 0:
 				var on []*object
-				for o := range s.disk.objects {
+				for o := range s.disk.objects.all {
 					on = append(on, o)
 				}
 				slices.SortFunc(on, func(a, b *object) int { return cmp.Compare(a.key, b.key) })

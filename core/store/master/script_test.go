@@ -265,18 +265,18 @@ func (e *scriptEnv) exec(t *testing.T, where, line string) []string {
 	case "keys":
 		// Reads the table directly so that listing grants no lease.
 		var ks []string
-		for k := range m.objects {
-			ks = append(ks, k)
+		for o := range m.objects.all {
+			ks = append(ks, o.key)
 		}
 		sort.Strings(ks)
 		var lines []string
 		for _, k := range ks {
-			o := m.objects[k]
+			o := m.objects.get(k)
 			state := "in-progress"
 			if o.complete {
 				state = "complete"
 			}
-			lines = append(lines, fmt.Sprintf("%s %s owner=%s size=%d replicas=%d", k, state, o.owner, o.size, len(o.replicas)))
+			lines = append(lines, fmt.Sprintf("%s %s owner=%s size=%d replicas=%d", k, state, m.owners.name(o.owner), o.size, o.nreps()))
 		}
 		if len(lines) == 0 {
 			return []string{"(none)"}

@@ -111,8 +111,8 @@ type diskTier struct {
 	seg      *segment
 	capacity uint64               // bytes, as registered
 	used     uint64               // value bytes of the LOCAL_DISK replicas here
-	objects  map[*object]struct{} // objects with a LOCAL_DISK replica here
-	queue    []*tierTask          // not taken yet; a cancelled task stays until the next take (task.o.task != task)
+	objects  *objSet     // objects with a LOCAL_DISK replica here
+	queue    []*tierTask // not taken yet; a cancelled task stays until the next take (task.o.task() != task)
 }
 
 // tierTask is a queued or taken task.
@@ -194,7 +194,12 @@ func (m *Master) MountLocalDisk(id, client string, capacity uint64) error {
 }
 
 func (m *Master) mountDisk(s *segment, capacity uint64) {
-	s.disk = &diskTier{seg: s, capacity: capacity, objects: map[*object]struct{}{}}
+	on := newObjSet()
+	for _, o := range m.objectsOn(s) {
+		on.add(o)
+	}
+	s.objects = on
+	s.disk = &diskTier{seg: s, capacity: capacity, objects: newObjSet()}
 	m.diskCapacity += capacity
 	if ob := m.cfg.Observer; ob != nil {
 		ob.DiskMounted(s.ID, capacity)
@@ -225,39 +230,44 @@ func (m *Master) dropTier(s *segment, gone *segment) {
 		return
 	}
 	cancel := func(o *object) {
-		if o.task != nil && o.task.tier == t {
-			if o.task.kind == TaskLoad {
+		if task := o.task(); task != nil && task.tier == t {
+			if task.kind == TaskLoad {
 				m.stats.DiskMisses++ // a reader waits for it
 			}
 			m.cancelTask(o, gone)
 		}
 	}
-	for o := range s.objects {
+	for _, o := range m.objectsOn(s) {
 		cancel(o)
 	}
-	for o := range t.objects {
+	var onDisk []*object
+	for o := range t.objects.all {
+		onDisk = append(onDisk, o)
+	}
+	for _, o := range onDisk {
 		cancel(o)
 		m.detachDisk(o)
-		if len(o.replicas) == 0 {
+		if o.nreps() == 0 {
 			m.forget(o)
 		}
 	}
 	m.diskCapacity -= t.capacity
 	s.disk = nil
+	s.objects = nil
 	m.tierSeq++
 }
 
 func (m *Master) attachDisk(o *object, t *diskTier) {
-	o.disk = t
+	o.setDisk(t)
 	t.used += o.size
-	t.objects[o] = struct{}{}
+	t.objects.add(o)
 }
 
 func (m *Master) detachDisk(o *object) {
-	if t := o.disk; t != nil {
+	if t := o.disk(); t != nil {
 		t.used -= o.size
-		delete(t.objects, o)
-		o.disk = nil
+		t.objects.del(o)
+		o.setDisk(nil)
 	}
 }
 
@@ -266,10 +276,11 @@ func (m *Master) detachDisk(o *object) {
 // tier. ok is false when offload is off, o is already on disk, failed to
 // offload before, or has a task.
 func (m *Master) offloadSource(o *object) (t *diskTier, src replica, ok bool) {
-	if !m.cfg.EnableOffload || !o.complete || o.disk != nil || o.noOffload || o.task != nil {
+	if !m.cfg.EnableOffload || !o.complete || o.disk() != nil || o.noOffload || o.task() != nil {
 		return nil, replica{}, false
 	}
-	for _, r := range o.replicas {
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
 		if r.stripe == nil && r.seg.disk != nil {
 			return r.seg.disk, r, true
 		}
@@ -278,7 +289,7 @@ func (m *Master) offloadSource(o *object) (t *diskTier, src replica, ok bool) {
 }
 
 func (m *Master) queueTask(t *tierTask) {
-	t.o.task = t
+	t.o.setTask(t)
 	t.tier.queue = append(t.tier.queue, t)
 	m.tierSeq++
 }
@@ -286,7 +297,7 @@ func (m *Master) queueTask(t *tierTask) {
 func (m *Master) queueOffload(o *object, t *diskTier, src replica, evict bool) {
 	task := &tierTask{kind: TaskOffload, o: o, tier: t, src: src, evict: evict}
 	if evict {
-		task.pending = o.size * uint64(len(o.replicas))
+		task.pending = o.size * uint64(o.nreps())
 		m.pendingFree += task.pending
 	}
 	m.queueTask(task)
@@ -309,20 +320,20 @@ func (m *Master) cancelTask(o *object, gone *segment) {
 	case t.staging.seg == gone || !t.taken:
 		m.freeReplica(o, t.staging, gone)
 	default:
-		delete(t.staging.seg.objects, o)
+		t.staging.seg.untrack(o)
 		m.stats.DiscardedBytes += o.size
-		m.discards = append(m.discards, discarded{replicas: []replica{t.staging}, release: t.deadline.Add(m.cfg.TierTaskTimeout)})
+		m.discards = append(m.discards, discarded{pieces: []piece{{seg: t.staging.seg, offset: t.staging.offset, size: o.size}}, release: t.deadline.Add(m.cfg.TierTaskTimeout)})
 	}
 }
 
 // endTask detaches o's task, if any, from o and the master's bookkeeping
 // (pending DRAM, tasks in flight) and returns it.
 func (m *Master) endTask(o *object) *tierTask {
-	t := o.task
+	t := o.task()
 	if t == nil {
 		return nil
 	}
-	o.task = nil
+	o.setTask(nil)
 	m.pendingFree -= t.pending
 	delete(m.inflight, t)
 	m.tierSeq++
@@ -332,17 +343,18 @@ func (m *Master) endTask(o *object) *tierTask {
 // dropMemory frees o's DRAM replicas; o keeps its LOCAL_DISK replica and
 // leaves the LRU list.
 func (m *Master) dropMemory(o *object) {
-	for _, r := range o.replicas {
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
 		m.freeReplica(o, r, nil)
 	}
-	o.replicas = nil
+	o.dropReplicas()
 	m.lruRemove(o)
 	m.observeUpdated(o)
 }
 
 // settle reports o's new replica set, or removes o when nothing is left.
 func (m *Master) settle(o *object) {
-	if len(o.replicas) == 0 && o.disk == nil {
+	if o.nreps() == 0 && o.disk() == nil {
 		m.free(o)
 		return
 	}
@@ -351,7 +363,7 @@ func (m *Master) settle(o *object) {
 
 // evictable reports whether eviction may take o now (ignoring soft pins).
 func (m *Master) evictable(o *object, now time.Time) bool {
-	return !o.leaseUntil.After(now) && !o.hardPin
+	return !m.leased(o, now) && !o.hardPin
 }
 
 // TakeTierTasks hands segment id's owner up to max queued tasks, loads
@@ -377,7 +389,7 @@ func (m *Master) TakeTierTasks(id, client string, max int) ([]TierTask, error) {
 			if len(out) == max {
 				break
 			}
-			if task.o.task != task || task.taken || task.kind != kind {
+			if task.o.task() != task || task.taken || task.kind != kind {
 				continue
 			}
 			task.taken = true
@@ -392,7 +404,7 @@ func (m *Master) TakeTierTasks(id, client string, max int) ([]TierTask, error) {
 	}
 	kept := t.queue[:0]
 	for _, task := range t.queue {
-		if task.o.task == task && !task.taken {
+		if task.o.task() == task && !task.taken {
 			kept = append(kept, task)
 		}
 	}
@@ -415,16 +427,16 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 	}
 	m.touchClient(client)
 	now := m.cfg.Now()
-	o := m.objects[r.Key]
+	o := m.objects.get(r.Key)
 	switch r.Kind {
 	case TaskOffload, TaskLoad:
 	case TaskDiskEvicted:
-		if o == nil || o.id != r.ObjectID || o.disk != t {
+		if o == nil || o.id != r.ObjectID || o.disk() != t {
 			return store.Errorf(store.ObjectNotFound, "key %q (object %d) has no disk replica on segment %q", r.Key, r.ObjectID, id)
 		}
 		m.stats.DiskEvictions++
 		m.tierSeq++
-		if o.task != nil && o.task.kind == TaskLoad {
+		if task := o.task(); task != nil && task.kind == TaskLoad {
 			m.cancelTask(o, nil)
 		}
 		m.detachDisk(o)
@@ -433,7 +445,7 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 	default:
 		return store.Errorf(store.InvalidParams, "key %q: unknown task kind %d", r.Key, r.Kind)
 	}
-	if o == nil || o.id != r.ObjectID || o.task == nil || o.task.kind != r.Kind || !o.task.taken || o.task.tier != t {
+	if o == nil || o.id != r.ObjectID || o.task() == nil || o.task().kind != r.Kind || !o.task().taken || o.task().tier != t {
 		return store.Errorf(store.TaskNotFound, "no %s task in flight for key %q (object %d) on segment %q", r.Kind, r.Key, r.ObjectID, id)
 	}
 	task := m.endTask(o)
@@ -465,7 +477,7 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 		return nil
 	}
 	m.stats.DiskHits++
-	o.replicas = append(o.replicas, task.staging)
+	o.addReplica(task.staging)
 	m.grant(o)
 	m.observeUpdated(o)
 	return nil
@@ -473,7 +485,7 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 
 // countEviction counts o's DRAM replicas as evicted.
 func (m *Master) countEviction(o *object) {
-	n := o.size * uint64(len(o.replicas))
+	n := o.size * uint64(o.nreps())
 	m.stats.EvictedObjects++
 	m.stats.EvictedBytes += n
 }
@@ -494,27 +506,27 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 	if err := checkKey(key); err != nil {
 		return nil, 0, false, err
 	}
-	o, ok := m.objects[key]
-	if !ok {
+	o := m.objects.get(key)
+	if o == nil {
 		return nil, 0, false, store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
 	if !o.complete {
 		return nil, 0, false, store.Errorf(store.ReplicaIsNotReady, "key %q is being written", key)
 	}
-	if len(o.replicas) > 0 {
+	if o.nreps() > 0 {
 		m.grant(o)
 		return m.descs(o), m.cfg.DefaultLeaseTTL, false, nil
 	}
-	if o.task != nil && o.task.kind == TaskLoad {
+	if task := o.task(); task != nil && task.kind == TaskLoad {
 		m.grant(o)
 		return nil, m.cfg.DefaultLeaseTTL, true, nil
 	}
-	if o.disk == nil { // unreachable: an object keeps a replica
+	if o.disk() == nil { // unreachable: an object keeps a replica
 		m.free(o)
 		return nil, 0, false, store.Errorf(store.ObjectNotFound, "key %q", key)
 	}
 	m.cancelTask(o, nil)
-	seg := o.disk.seg
+	seg := o.disk().seg
 	now := m.cfg.Now()
 	off, err := seg.alloc.Alloc(o.size, allocAlign)
 	for round := 0; err != nil && round < 4; round++ {
@@ -531,9 +543,9 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 	}
 	m.grant(o)
 	staging := replica{seg: seg, offset: off}
-	seg.objects[o] = struct{}{}
+	seg.track(o)
 	m.used += o.size
-	m.queueTask(&tierTask{kind: TaskLoad, o: o, tier: o.disk, staging: staging})
+	m.queueTask(&tierTask{kind: TaskLoad, o: o, tier: o.disk(), staging: staging})
 	return nil, m.cfg.DefaultLeaseTTL, true, nil
 }
 
@@ -547,24 +559,24 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 // is no longer disk-only (ask again at once), gone, or larger than the
 // segment.
 func (m *Master) StagingRetry(key string) (at time.Time, wait bool) {
-	o, ok := m.objects[key]
-	if !ok || !o.complete || len(o.replicas) > 0 || o.disk == nil || o.task != nil {
+	o := m.objects.get(key)
+	if o == nil || !o.complete || o.nreps() > 0 || o.disk() == nil || o.task() != nil {
 		return time.Time{}, false
 	}
-	seg := o.disk.seg
+	seg := o.disk().seg
 	if o.size > seg.Size {
 		return time.Time{}, false
 	}
 	now := m.cfg.Now()
 	wait = m.pendingFree > 0
-	for x := range seg.objects {
-		if x.task != nil && x.task.kind == TaskLoad {
+	for x := range seg.objects.all { // seg has a disk tier, so it keeps its objects
+		if t := x.task(); t != nil && t.kind == TaskLoad {
 			wait = true
 		}
-		if x.complete && !x.hardPin && x.leaseUntil.After(now) {
+		if x.complete && !x.hardPin && m.leased(x, now) {
 			wait = true
-			if at.IsZero() || x.leaseUntil.Before(at) {
-				at = x.leaseUntil
+			if end := m.timeOf(x.leaseUntil); at.IsZero() || end.Before(at) {
+				at = end
 			}
 		}
 	}

@@ -344,7 +344,7 @@ func TestDiskEvictedAndUnmount(t *testing.T) {
 	if err := m.RestoreUpdate(ObjectRecord{Key: "none"}); store.CodeOf(err) != store.ObjectNotFound {
 		t.Fatalf("RestoreUpdate of nothing: %v", err)
 	}
-	o := m.objects["k2"]
+	o := m.objects.get("k2")
 	m.dropMemory(o)
 	wantCode(t, "evicted file, wrong id", m.CompleteTierTask("a", "node", TaskResult{Kind: TaskDiskEvicted, Key: "k1", ObjectID: ids["k1"] + 100}), store.ObjectNotFound)
 	for _, k := range []string{"k1", "k2"} {
@@ -361,7 +361,7 @@ func TestDiskEvictedAndUnmount(t *testing.T) {
 	if st := m.Stats(); st.DiskEvictions != 2 || st.DiskObjects != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	m.dropMemory(m.objects["k3"])
+	m.dropMemory(m.objects.get("k3"))
 	if err := m.UnmountSegment("a", "node"); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestUnmountLocalDisk(t *testing.T) {
 	m, _ := tierMaster(t, false, nil)
 	mustPut(t, m, "w", "a1", 100, 1)
 	report(t, m, take(t, m, 1)[0], true)
-	m.dropMemory(m.objects["a1"])
+	m.dropMemory(m.objects.get("a1"))
 	mustPut(t, m, "w", "a2", 100, 1) // its offload queued
 	wantCode(t, "wrong client", m.UnmountLocalDisk("a", "w"), store.IllegalClient)
 	if err := m.UnmountLocalDisk("a", "node"); err != nil {
@@ -620,8 +620,8 @@ func TestUnmountSegmentWithTier(t *testing.T) {
 	mustPut(t, m, "w", "ondisk", 100, 1)
 	mustPut(t, m, "w", "both", 100, 1)
 	offloadAll(t, m)
-	m.dropMemory(m.objects["loading"])
-	m.dropMemory(m.objects["ondisk"])
+	m.dropMemory(m.objects.get("loading"))
+	m.dropMemory(m.objects.get("ondisk"))
 	mustPut(t, m, "w", "offloading", 100, 1) // write-through, queued
 	if _, _, loading, err := m.GetOrLoad("loading"); !loading || err != nil {
 		t.Fatalf("GetOrLoad = %v, %v; want a load", loading, err)
