@@ -109,8 +109,8 @@ type TaskResult struct {
 // diskTier is a disk tier attached to a segment.
 type diskTier struct {
 	seg      *segment
-	capacity uint64               // bytes, as registered
-	used     uint64               // value bytes of the LOCAL_DISK replicas here
+	capacity uint64      // bytes, as registered
+	used     uint64      // value bytes of the LOCAL_DISK replicas here
 	objects  *objSet     // objects with a LOCAL_DISK replica here
 	queue    []*tierTask // not taken yet; a cancelled task stays until the next take (task.o.task() != task)
 }
