@@ -823,6 +823,10 @@ func (m *Master) Stats() Stats {
 	return s
 }
 
+// ObjectCount is Stats().Objects without building the rest of Stats: the
+// keys in the table (complete or being written).
+func (m *Master) ObjectCount() int { return m.objects.len() }
+
 // String is a one-line summary for logs.
 func (s Stats) String() string {
 	return fmt.Sprintf("used %d/%d bytes, %d objects, %d segments, %d evicted", s.Used, s.Capacity, s.Objects, s.Segments, s.EvictedObjects)
