@@ -84,6 +84,13 @@ bench:
 clean:
 	rm -rf bin build
 
+# Master metadata memory (issue 15.5): live heap per object with 1M objects
+# of one replica each (bar: <= 256 B), and what is left once all of them
+# are removed.
+.PHONY: bench-master-mem
+bench-master-mem:
+	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkMasterMemoryPerObject$$' -benchtime=1x ./core/store/master/
+
 # Transfer engine vs iperf3 (loopback, single stream) and memcpy, same run.
 bench-transfer: build
 	./scripts/bench-transfer.sh

@@ -17,8 +17,7 @@ type memResult struct {
 	// objects in it: (HeapAlloc after GC - HeapAlloc before New) / n.
 	perObject float64
 	// retained is the live heap the master still holds once every object
-	// was removed and the master had its Tick (HeapAlloc after GC minus
-	// the baseline before New).
+	// was removed (HeapAlloc after GC minus the baseline before New).
 	retained int64
 	// held is the heap the process still holds from the OS after that and
 	// debug.FreeOSMemory (HeapSys - HeapReleased), minus the same figure
@@ -54,7 +53,8 @@ func memKey(buf []byte, i int) string {
 // measureMemory puts n objects of one replica each (realistic keys, a
 // fresh client id string per call as every RPC decodes one) into a master
 // with four segments of two storage nodes, measures the live heap, then
-// removes them all, lets Tick scavenge and measures again.
+// removes them all (and runs a Tick, as the server would) and measures
+// again, after returning freed memory to the OS.
 func measureMemory(tb testing.TB, n int) memResult {
 	tb.Helper()
 	const client = "3f2a9c1e-5b7d-4e8f-a012-6c4b8d9e0f17"

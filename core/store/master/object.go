@@ -21,9 +21,12 @@ import (
 //   - segments count their objects instead of keeping a set of them, except
 //     segments with a disk tier (StagingRetry reads theirs); unmounting a
 //     segment without one scans the table, as upstream's does;
-//   - the tables that grow with the object count (objTable, objSet,
-//     alloc.Allocator's) are rebuilt smaller once most of their entries
-//     are gone, since Go maps and arrays never shrink by themselves.
+//   - the segments' allocators are alloc.Untracked: they record nothing
+//     per allocation, since every range's size is known here (FreeSized);
+//   - the tables that grow with the object count (objTable, objSet, the
+//     allocators' free-range indexes) are rebuilt smaller once most of
+//     their entries are gone, since Go maps and slices never shrink by
+//     themselves.
 
 // object is one key's value: its metadata, replicas and LRU links.
 type object struct {
