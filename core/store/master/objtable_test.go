@@ -141,3 +141,24 @@ func TestOwnersInterned(t *testing.T) {
 	assert.Len(t, m.owners.names, 2)
 	require.ErrorContains(t, m.PutEnd("writer-1", "k0"), `written by "writer-3"`)
 }
+
+// TestObjSetShrinks: an objSet is rebuilt once under 1/8 of its peak and
+// keeps every member across the rebuild.
+func TestObjSetShrinks(t *testing.T) {
+	s := newObjSet()
+	objs := make([]*object, 4000)
+	for i := range objs {
+		objs[i] = &object{key: strconv.Itoa(i)}
+		s.add(objs[i])
+	}
+	require.Equal(t, 4000, s.peak)
+	for _, o := range objs[10:] {
+		s.del(o)
+	}
+	assert.Equal(t, 10, s.len())
+	assert.Less(t, s.peak, 4000/8, "not rebuilt")
+	for _, o := range objs[:10] {
+		_, ok := s.m[o]
+		assert.True(t, ok, "%q lost in the rebuild", o.key)
+	}
+}
