@@ -102,7 +102,7 @@ func TestUnreachable(t *testing.T) {
 		{"refused", refused, "connection refused", true},
 		{"refused, wrapped by rpcErr", rpcErr("get stats", refused), "connection refused", true},
 		{"no such host", grpcstatus.Error(codes.Unavailable, `name resolver error: produced zero addresses: lookup nohost: no such host`), "no such host", true},
-		{"no HA leader", grpcstatus.Error(codes.Unavailable, "ha: no leader"), "ha: no leader", true},
+		{"no HA leader", grpcstatus.Error(codes.Unavailable, "name resolver error: ha: no leader"), "no master leads the cluster (none is registered in etcd)", true},
 		{"other unavailable", grpcstatus.Error(codes.Unavailable, `error reading from server: "EOF"`), "EOF", true},
 		{"deadline", rpcErr("ping", grpcstatus.Error(codes.DeadlineExceeded, "context deadline exceeded")), "no answer before the deadline", true},
 		{"standby", grpcstatus.Error(codes.Unavailable, "mooncake master 127.0.0.1:5: UNAVAILABLE_IN_CURRENT_MODE: standby, not the leader of cluster c"), "", false},

@@ -17,9 +17,9 @@ import (
 // desc = "transport: Error while dialing: dial tcp ...: connect:
 // connection refused"").
 
-// dialCauses are the causes Unreachable recognises in a gRPC status
-// message, most specific first: the dial errors of package net and the HA
-// resolver's.
+// dialCauses are the dial errors of package net that Unreachable
+// recognises in a gRPC status message, most specific first (the HA
+// resolver's ha.ErrNoLeader is checked before them).
 var dialCauses = []string{
 	syscall.ECONNREFUSED.Error(), // connection refused
 	syscall.ECONNRESET.Error(),   // connection reset by peer
@@ -28,19 +28,22 @@ var dialCauses = []string{
 	syscall.ETIMEDOUT.Error(),    // connection timed out
 	"no such host",
 	"i/o timeout",
-	ha.ErrNoLeader.Error(),
 }
 
-// deadlineCause is Unreachable's cause for a call that got no answer.
-const deadlineCause = "no answer before the deadline"
+// Unreachable's causes for a call that got no answer, and for an etcd://
+// address whose cluster has no leader.
+const (
+	deadlineCause = "no answer before the deadline"
+	noLeaderCause = "no master leads the cluster (none is registered in etcd)"
+)
 
 // Unreachable reports whether err, from any call of this package, says
 // the master was not reached at all: the connection failed (gRPC
 // Unavailable) or no answer came before the call's deadline (a hung or
 // overloaded master, or an etcd:// cluster with no leader). cause is a few
-// words for an operator: "connection refused", "no such host", "ha: no
-// leader", "no answer before the deadline", or the status message's last
-// part. A master that answered with an error code (OBJECT_NOT_FOUND, a
+// words for an operator: "connection refused", "no such host", "no master
+// leads the cluster ...", "no answer before the deadline", or the status
+// message's last part. A master that answered with an error code (OBJECT_NOT_FOUND, a
 // standby's refusal) is not unreachable.
 func Unreachable(err error) (cause string, ok bool) {
 	var se interface{ GRPCStatus() *grpcstatus.Status }
@@ -58,6 +61,9 @@ func Unreachable(err error) (cause string, ok bool) {
 	msg := st.Message()
 	if strings.Contains(msg, store.UnavailableInCurrentMode.String()) {
 		return "", false // a standby answered: it is there, and says who leads
+	}
+	if strings.Contains(msg, ha.ErrNoLeader.Error()) {
+		return noLeaderCause, true
 	}
 	for _, c := range dialCauses {
 		if strings.Contains(msg, c) {
