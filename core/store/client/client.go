@@ -13,6 +13,13 @@
 // master's embedded metadata server may have lost them) and remounts its
 // segment and disk tier; values it held are lost with the old table.
 //
+// Batch calls are sent to the master in chunks that each fit one gRPC
+// message (batch.go), so a batch of any size works. A failed master call
+// keeps its gRPC status as the cause: Unreachable and MasterError tell an
+// operator "cannot reach master ADDR: connection refused" instead of
+// gRPC's text. With Config.Logf the heartbeat logs losing the master and
+// remounting at it.
+//
 // Reads honour leases: a read that finishes after the lease the master
 // granted fails with LEASE_EXPIRED, because the bytes may have been evicted
 // and overwritten under it.
