@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -222,7 +224,8 @@ func TestCtlEtcdMaster(t *testing.T) {
 
 // TestNodeLogsMasterLossAndRemount: a node says when it loses its master
 // and when it has remounted at the restarted one (today's main says
-// nothing), and its segment is listed again.
+// nothing), and its segment is listed again; stopped while the master is
+// gone, it says it could not unmount, in the same words, and exits 1.
 func TestNodeLogsMasterLossAndRemount(t *testing.T) {
 	ports := freePorts(t, 2)
 	m, rpc, meta := startMasterProcess(t, ports)
@@ -240,8 +243,19 @@ func TestNodeLogsMasterLossAndRemount(t *testing.T) {
 	assert.Contains(t, n.log(), ", 16777216 bytes\n")
 	segs := ctlOK(t, rpc, "segments")
 	assert.Len(t, segs, 2, strings.Join(segs, "\n"))
-	n.stop(t)
-	m2.stop(t)
+
+	// Stopped while its master is gone, the node cannot unmount: it says
+	// so in the same words and exits 1.
+	require.NoError(t, m2.cmd.Process.Kill())
+	<-m2.done
+	_ = m2.cmd.Wait()
+	require.NoError(t, n.cmd.Process.Signal(syscall.SIGINT))
+	<-n.done
+	err := n.cmd.Wait()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "node exit after SIGINT with its master gone:\n%s", n.log())
+	assert.Equal(t, 1, ee.ExitCode())
+	assert.True(t, strings.HasSuffix(n.log(), "mooncake node: unmount on exit: cannot reach master "+rpc+": connection refused\n"), n.log())
 }
 
 // TestExitStatuses: every command exits 2 for a usage error (the command

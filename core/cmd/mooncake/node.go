@@ -22,7 +22,7 @@ import (
 const minQuota = 1 << 20
 
 func nodeCmd() *cobra.Command {
-	var masterAddr, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
+	var masterAddr, clusterID, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
 	var offerShm, overcommit bool
 	c := &cobra.Command{
 		Use:   "node",
@@ -69,7 +69,7 @@ func nodeCmd() *cobra.Command {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg := client.Config{
-				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
+				LocalHostname: hostname, MasterAddr: masterAddr, ClusterID: clusterID, Metadata: meta,
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
 				// A node outlives the engines writing to it: the master
 				// places replicas here before engines' own segments.
@@ -94,11 +94,17 @@ func nodeCmd() *cobra.Command {
 			}
 			fmt.Fprintln(os.Stderr)
 			<-ctx.Done()
-			return cl.Close()
+			if err := cl.Close(); err != nil {
+				// The master is gone or forgot us: it drops the segment
+				// with this node's TTL anyway.
+				return &exitError{1, "mooncake node: unmount on exit: " + client.MasterError(masterAddr, err)}
+			}
+			return nil
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address (upstream master_server_address)")
+	f.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379 to follow the leader of highly available masters (upstream master_server_address)")
+	f.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	f.StringVar(&metaURL, "metadata_server", "", "transfer metadata server URL (default http://<master host>:8080/metadata)")
 	f.StringVar(&segSize, "segment-size", "4GiB", "DRAM contributed to the pool (upstream global_segment_size)")
 	f.StringVar(&hostname, "local_hostname", "", "this node's segment name, unique in the cluster (default <hostname>-<random>)")

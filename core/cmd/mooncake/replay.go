@@ -31,13 +31,13 @@ import (
 
 // replayFlags are `mooncake replay`'s flags.
 type replayFlags struct {
-	tracePath, masterAddr, metaURL, poolSize, model string
-	nodes, limit                                    int
-	capacityTokens, bytesPerToken                   int64
-	speed                                           float64
-	jsonOut                                         bool
-	leaseTTL                                        time.Duration
-	evictRatio, watermark                           float64
+	tracePath, masterAddr, clusterID, metaURL, poolSize, model string
+	nodes, limit                                               int
+	capacityTokens, bytesPerToken                              int64
+	speed                                                      float64
+	jsonOut                                                    bool
+	leaseTTL                                                   time.Duration
+	evictRatio, watermark                                      float64
 }
 
 // defaultCapacityTokens sizes the pool when neither --pool-size nor
@@ -61,6 +61,7 @@ func replayCmd() *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&f.tracePath, "trace", "", "JSONL trace file (default: the embedded conversation_trace.jsonl)")
 	fl.StringVar(&f.masterAddr, "master", "", "master gRPC address; empty = start a master and --nodes nodes in-process on 127.0.0.1")
+	fl.StringVar(&f.clusterID, "cluster-id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	fl.StringVar(&f.metaURL, "metadata-server", "", "transfer metadata URL with --master (default http://<master host>:8080/metadata)")
 	fl.IntVar(&f.nodes, "nodes", 2, "in-process storage nodes")
 	fl.StringVar(&f.poolSize, "pool-size", "", "pool size, e.g. 512MiB, 4GiB (exclusive with --capacity-tokens)")
@@ -207,7 +208,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 			return metaExit("replay", err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
+		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
 		cancel()
 		if err != nil {
 			if _, ok := client.Unreachable(err); ok {
