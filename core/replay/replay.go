@@ -69,9 +69,13 @@ type Report struct {
 	LRUTokenHitRatio  float64 `json:"lru_bound_token_hit_ratio"`
 }
 
+// ErrNoRequests is Run's error for an empty request list (an empty
+// trace): a replay of nothing has no hit ratio to report.
+var ErrNoRequests = errors.New("replay: no requests to replay (empty trace)")
+
 // Run replays reqs against the pool through c. The pool is reached only
 // through c; evicted_objects and pool_bytes are filled in by the caller.
-// Errors: invalid config; a failed lookup (RPC) or context end stops the
+// Errors: invalid config; ErrNoRequests for no reqs; a failed lookup (RPC) or context end stops the
 // replay and returns the report so far with the error. Per-block read and
 // write failures are counted, not fatal.
 func Run(ctx context.Context, c *client.Client, reqs []trace.Request, cfg Config) (Report, error) {
@@ -90,6 +94,9 @@ func Run(ctx context.Context, c *client.Client, reqs []trace.Request, cfg Config
 	}
 	if cfg.BufferBytes < block {
 		return Report{}, fmt.Errorf("replay: buffer of %d bytes cannot hold one %d-byte block", cfg.BufferBytes, block)
+	}
+	if len(reqs) == 0 {
+		return Report{}, ErrNoRequests
 	}
 	buf, err := memory.Map(int(cfg.BufferBytes))
 	if err != nil {

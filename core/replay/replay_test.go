@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/testutil/leakcheck"
 
 	"github.com/mooncake-go/mooncake/core/replay"
@@ -310,5 +313,16 @@ func TestRunRejectsBadConfig(t *testing.T) {
 				t.Fatalf("Run(%+v) = %v, want an error about %s", tc.cfg, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRunRejectsEmptyTrace: no requests is an error that says so, not a
+// report of zeros; it is found before the client is touched.
+func TestRunRejectsEmptyTrace(t *testing.T) {
+	for _, reqs := range [][]trace.Request{nil, {}} {
+		rep, err := replay.Run(context.Background(), nil, reqs, replay.Config{BytesPerToken: 16, CapacityTokens: 1})
+		require.ErrorIs(t, err, replay.ErrNoRequests)
+		assert.Contains(t, err.Error(), "empty trace")
+		assert.Zero(t, rep.Requests)
 	}
 }

@@ -76,7 +76,13 @@ func (c ErrorCode) String() string {
 type Error struct {
 	Code ErrorCode
 	Msg  string
+	// Cause, if set, is the error behind this one (a gRPC status for
+	// RPC_FAIL), for errors.As; Msg already includes its text.
+	Cause error
 }
+
+// Unwrap returns the cause, or nil.
+func (e *Error) Unwrap() error { return e.Cause }
 
 func (e *Error) Error() string {
 	if e.Msg == "" {

@@ -59,7 +59,12 @@ evicting as a full cache does.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			fail := func(err error) error { return &exitError{1, "mooncake bench store: " + err.Error()} }
+			fail := func(err error) error {
+				if masterAddr == "" {
+					return &exitError{1, "mooncake bench store: " + oneLineErr(err)}
+				}
+				return masterExit("bench store", masterAddr, err)
+			}
 			useShm := protocol == "shm"
 
 			var newClient func(ctx context.Context, cfg client.Config) (*client.Client, error)

@@ -21,8 +21,8 @@ import (
 // exit 2, failures 1, each with one line on stderr.
 func ctlCmd() *cobra.Command {
 	var (
-		masterAddr string
-		timeout    time.Duration
+		masterAddr, clusterID string
+		timeout               time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "ctl",
@@ -45,7 +45,8 @@ can be pasted as it is.`,
 		},
 	}
 	pf := c.PersistentFlags()
-	pf.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address")
+	pf.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379 to follow the leader of highly available masters")
+	pf.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	pf.DurationVar(&timeout, "timeout", 10*time.Second, "bound on each master call")
 
 	// run wraps a subcommand: it checks the argument count (a usage error)
@@ -58,16 +59,16 @@ can be pasted as it is.`,
 			if timeout <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --timeout %v: must be positive", name, timeout)}
 			}
-			a, err := client.DialAdmin(masterAddr, timeout)
+			a, err := client.DialAdmin(masterAddr, timeout, client.WithClusterID(clusterID))
 			if err != nil {
-				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --master %q: %v", name, masterAddr, err)}
+				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --master %q: %v", name, masterAddr, oneLineErr(err))}
 			}
 			defer a.Close()
 			if err := f(cmd.Context(), a, cmd.OutOrStdout(), args); err != nil {
 				if _, ok := err.(*exitError); ok {
 					return err
 				}
-				return &exitError{1, fmt.Sprintf("mooncake ctl %s: %s", name, oneLineErr(err))}
+				return masterExit("ctl "+name, masterAddr, err)
 			}
 			return nil
 		}
@@ -194,11 +195,20 @@ can be pasted as it is.`,
 			if _, err := regexp.Compile(args[0]); err != nil {
 				return &exitError{2, fmt.Sprintf("mooncake ctl remove-regex: %v", err)}
 			}
-			n, err := a.RemoveByRegex(ctx, args[0], forceRe)
+			r, err := a.RemoveByRegexReport(ctx, args[0], forceRe)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "removed %d keys\n", n)
+			fmt.Fprintf(out, "removed %d keys\n", r.Removed)
+			if r.Leased > 0 {
+				fmt.Fprintf(out, "skipped %d leased or hard-pinned keys (--force removes them)\n", r.Leased)
+			}
+			if r.Busy > 0 {
+				fmt.Fprintf(out, "skipped %d keys being copied to or from a disk tier (--force removes them)\n", r.Busy)
+			}
+			if r.Writing > 0 {
+				fmt.Fprintf(out, "skipped %d keys being written\n", r.Writing)
+			}
 			return nil
 		}),
 	}

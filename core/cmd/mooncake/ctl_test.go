@@ -203,7 +203,7 @@ func TestCtlErrors(t *testing.T) {
 		{[]string{"ctl", "--master", p.RPCAddr, "stat", "app/3"}, 1, "REPLICA_IS_NOT_READY"},
 		{[]string{"ctl", "--master", p.RPCAddr, "remove", "missing"}, 1, "OBJECT_NOT_FOUND"},
 		{[]string{"ctl", "--master", p.RPCAddr, "stat", strings.Repeat("k", master.MaxKeyLen+1)}, 1, "INVALID_KEY"},
-		{[]string{"ctl", "--master", "127.0.0.1:1", "--timeout", "5s", "usage"}, 1, "RPC_FAIL"},
+		{[]string{"ctl", "--master", "127.0.0.1:1", "--timeout", "5s", "usage"}, 1, "mooncake ctl usage: cannot reach master 127.0.0.1:1: connection refused"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := mooncake(t, 30*time.Second, tc.args...)

@@ -15,12 +15,32 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/mooncake-go/mooncake/core/store/client"
 )
 
-// exitError carries an exit status and a one-line message.
+// exitError carries an exit status and a one-line message. Every command
+// uses the same two statuses:
+//
+//   - 2, a usage error: the command line asks for something invalid or
+//     impossible here (an unknown command or flag, a malformed or
+//     out-of-range value, contradicting flags, an input it names that is
+//     missing, malformed or empty, a size this machine's memory cannot
+//     hold); nothing was started.
+//   - 1, a runtime error: the command line was fine but running it failed
+//     (the master cannot be reached or refused the operation, a port is
+//     taken, a transfer failed, a replay stored too little).
 type exitError struct {
 	code int
 	msg  string
+}
+
+// masterExit is a failed master call of cmd ("ctl stat", "node") as a
+// runtime error: "mooncake CMD: cannot reach master ADDR: connection
+// refused" when the master at addr was not reached (client.MasterError),
+// else the error on one line.
+func masterExit(cmd, addr string, err error) error {
+	return &exitError{1, "mooncake " + cmd + ": " + client.MasterError(addr, err)}
 }
 
 func (e *exitError) Error() string { return e.msg }

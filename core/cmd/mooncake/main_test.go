@@ -266,8 +266,8 @@ func TestReplayUnreachableMaster(t *testing.T) {
 		t.Fatalf("exit 0 with no master at %s", addr)
 	}
 	line := oneLine(t, r.stderr)
-	if !strings.Contains(line, "unreachable") || !strings.Contains(line, addr) {
-		t.Errorf("stderr %q, want it to say %s is unreachable", line, addr)
+	if want := "mooncake replay: cannot reach master " + addr + ": connection refused"; line != want || r.code != 1 {
+		t.Errorf("exit %d, stderr %q; want 1 and %q", r.code, line, want)
 	}
 	t.Logf("failed in %v: %s", time.Since(start), line)
 }
@@ -294,6 +294,11 @@ func TestReplayBadFlags(t *testing.T) {
 		{"pool smaller than a token", []string{"--pool-size", "1B"}, []string{"less than one token"}},
 		{"pool larger than the machine", []string{"--model", "llama3-70b", "--capacity-tokens", "100000000"}, []string{"available memory"}},
 		{"eviction ratio out of range", []string{"--eviction-ratio", "5"}, []string{"--eviction-ratio"}},
+		// An explicit 0 is not "the default" (--limit 1: today's main
+		// replays one request instead of refusing).
+		{"zero capacity", []string{"--capacity-tokens", "0", "--limit", "1"}, []string{"--capacity-tokens 0: must be > 0", "omit it for the default"}},
+		{"zero bytes per token", []string{"--bytes-per-token", "0", "--limit", "1"}, []string{"--bytes-per-token 0: must be > 0", "omit it for the default"}},
+		{"zero bytes per token with a model", []string{"--bytes_per_token", "0", "--model", "llama3-8b", "--limit", "1"}, []string{"--bytes-per-token 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := mooncake(t, 30*time.Second, append([]string{"replay"}, tc.args...)...)
@@ -377,8 +382,27 @@ func TestMasterPortInUse(t *testing.T) {
 type daemon struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when stderr is drained
+	line   chan struct{} // gets a token (if empty) after each stderr line
 	mu     sync.Mutex
 	stderr strings.Builder // guarded by mu
+}
+
+// waitFor waits until the process's stderr holds want, and fails the
+// test after timeout or when the process exits without writing it.
+func (d *daemon) waitFor(t *testing.T, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for !strings.Contains(d.log(), want) {
+		select {
+		case <-d.line:
+		case <-d.done:
+			if !strings.Contains(d.log(), want) {
+				t.Fatalf("%s exited without writing %q:\n%s", d.cmd.Args[1], want, d.log())
+			}
+		case <-deadline:
+			t.Fatalf("%s: no %q within %v:\n%s", d.cmd.Args[1], want, timeout, d.log())
+		}
+	}
 }
 
 func (d *daemon) log() string {
@@ -392,7 +416,7 @@ func (d *daemon) log() string {
 // Cleanup kills the process if it still runs.
 func startDaemon(t *testing.T, args ...string) (*daemon, string) {
 	t.Helper()
-	d := &daemon{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	d := &daemon{cmd: exec.Command(bin, args...), done: make(chan struct{}), line: make(chan struct{}, 1)}
 	pipe, err := d.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -415,6 +439,10 @@ func startDaemon(t *testing.T, args ...string) (*daemon, string) {
 			d.mu.Lock()
 			d.stderr.WriteString(sc.Text() + "\n")
 			d.mu.Unlock()
+			select {
+			case d.line <- struct{}{}:
+			default:
+			}
 			if n == 0 {
 				first <- sc.Text()
 			}

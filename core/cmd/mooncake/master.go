@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/server"
 )
@@ -80,7 +82,12 @@ one command runs a whole single-machine pool.`,
 			}
 			p, err := server.Start(cfg)
 			if err != nil {
-				return &exitError{1, "mooncake master: " + err.Error()}
+				if errors.Is(err, store.ErrInvalidParams) {
+					// A flag the master's config refuses (a bad
+					// --allocation_strategy, --eviction_ratio, --cluster_id).
+					return &exitError{2, "mooncake master: " + oneLineErr(err)}
+				}
+				return &exitError{1, "mooncake master: " + oneLineErr(err)}
 			}
 			defer p.Close()
 			fmt.Fprintf(os.Stderr, "mooncake master: rpc %s", p.RPCAddr)

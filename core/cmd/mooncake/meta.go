@@ -2,20 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
+	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
 // openMetadata opens the transfer-engine metadata store named by conn
 // (upstream metadata_server forms: http(s)://..., etcd://h1:2379,h2:2379 or
 // host:port for etcd; metaopen.Open). With conn empty it derives one from
 // the master address: etcd://... masters share their etcd, host:port
-// masters serve http://host:8080/metadata. Errors name the input;
-// P2PHANDSHAKE and redis are unsupported here.
+// masters serve http://host:8080/metadata. Errors name the input; a
+// malformed one wraps metadata.ErrInvalidConnString, P2PHANDSHAKE and
+// redis transfer.ErrUnsupported (both usage errors, metaExit); others are
+// the backend's (an unreachable etcd).
 func openMetadata(ctx context.Context, conn, masterAddr string) (metadata.Store, error) {
 	if conn == "" {
 		if strings.HasPrefix(masterAddr, "etcd://") {
@@ -23,16 +27,27 @@ func openMetadata(ctx context.Context, conn, masterAddr string) (metadata.Store,
 		} else {
 			u, err := metaopen.DefaultURL(masterAddr)
 			if err != nil {
-				return nil, fmt.Errorf("--master %q: %v", masterAddr, err)
+				return nil, fmt.Errorf("%w: --master %q: %v", metadata.ErrInvalidConnString, masterAddr, err)
 			}
 			conn = u
 		}
 	}
 	if conn == metadata.P2PHandshake {
-		return nil, fmt.Errorf("unsupported: metadata server %q (use http://host:port/metadata or etcd://host:port)", conn)
+		return nil, fmt.Errorf("%w: metadata server %q (use http://host:port/metadata or etcd://host:port)", transfer.ErrUnsupported, conn)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	meta, _, _, err := metaopen.Open(ctx, conn, "", "")
 	return meta, err
+}
+
+// metaExit is openMetadata's error as cmd's exit: status 2 for what the
+// command line got wrong (a malformed or unsupported metadata server, a
+// --master that is not host:port), 1 for a backend that failed.
+func metaExit(cmd string, err error) error {
+	msg := "mooncake " + cmd + ": --metadata_server: " + oneLineErr(err)
+	if errors.Is(err, metadata.ErrInvalidConnString) || errors.Is(err, transfer.ErrUnsupported) {
+		return &exitError{2, msg}
+	}
+	return &exitError{1, msg}
 }

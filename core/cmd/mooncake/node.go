@@ -22,8 +22,8 @@ import (
 const minQuota = 1 << 20
 
 func nodeCmd() *cobra.Command {
-	var masterAddr, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
-	var offerShm bool
+	var masterAddr, clusterID, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
+	var offerShm, overcommit bool
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Contribute --segment-size bytes of DRAM to a master's pool",
@@ -32,6 +32,11 @@ func nodeCmd() *cobra.Command {
 			size, err := geometry.ParseSize(segSize)
 			if err != nil || size <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size %q: must be a positive size such as 4GiB", segSize)}
+			}
+			// The segment is a sparse memory file: mapping more than the
+			// machine has succeeds, and fails only once writers fill it.
+			if err := checkMemory("--segment-size "+segSize, size, availableMemory(), 1); err != nil && !overcommit {
+				return &exitError{2, "mooncake node: " + err.Error() + "; pass a smaller --segment-size, or --overcommit to map it anyway (pages are taken as they are written: the node may be killed once they run out)"}
 			}
 			var quotaBytes int64
 			if quota != "" && quota != "0" {
@@ -59,24 +64,29 @@ func nodeCmd() *cobra.Command {
 			}
 			meta, err := openMetadata(context.Background(), metaURL, masterAddr)
 			if err != nil {
-				return &exitError{2, "mooncake node: --metadata_server: " + err.Error()}
+				return metaExit("node", err)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg := client.Config{
-				LocalHostname: hostname, MasterAddr: masterAddr, Metadata: meta,
+				LocalHostname: hostname, MasterAddr: masterAddr, ClusterID: clusterID, Metadata: meta,
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
 				// A node outlives the engines writing to it: the master
 				// places replicas here before engines' own segments.
 				SegmentKind:    store.SegmentStandalone,
 				StorageRootDir: storageDir, StorageQuota: uint64(quotaBytes),
+				// Losing the master and remounting at it are the events an
+				// operator watching a node needs to see.
+				Logf: func(format string, args ...any) {
+					fmt.Fprintf(os.Stderr, "mooncake node: "+format+"\n", args...)
+				},
 			}
 			if offerShm {
 				cfg.Local = shm.New(shm.Config{})
 			}
 			cl, err := client.New(ctx, cfg)
 			if err != nil {
-				return &exitError{1, "mooncake node: " + err.Error()}
+				return masterExit("node", masterAddr, err)
 			}
 			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s", cl.ID(), geometry.FormatSize(size), masterAddr)
 			if d := cl.DiskTier(); d != nil {
@@ -84,11 +94,17 @@ func nodeCmd() *cobra.Command {
 			}
 			fmt.Fprintln(os.Stderr)
 			<-ctx.Done()
-			return cl.Close()
+			if err := cl.Close(); err != nil {
+				// The master is gone or forgot us: it drops the segment
+				// with this node's TTL anyway.
+				return &exitError{1, "mooncake node: unmount on exit: " + client.MasterError(masterAddr, err)}
+			}
+			return nil
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address (upstream master_server_address)")
+	f.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379 to follow the leader of highly available masters (upstream master_server_address)")
+	f.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	f.StringVar(&metaURL, "metadata_server", "", "transfer metadata server URL (default http://<master host>:8080/metadata)")
 	f.StringVar(&segSize, "segment-size", "4GiB", "DRAM contributed to the pool (upstream global_segment_size)")
 	f.StringVar(&hostname, "local_hostname", "", "this node's segment name, unique in the cluster (default <hostname>-<random>)")
@@ -97,5 +113,6 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&storageDir, "storage_root_dir", "", "SSD tier: directory for objects evicted from this node's DRAM (needs a master with --enable_offload)")
 	f.StringVar(&quota, "quota_bytes", "0", "SSD tier size limit, e.g. 100GiB (0 = 90% of the directory's free space)")
 	f.BoolVar(&offerShm, "shm", true, "also offer the segment over shared memory (memfd) to clients on this host")
+	f.BoolVar(&overcommit, "overcommit", false, "start even when --segment-size exceeds this machine's available memory (the node may be killed once the pool fills it)")
 	return c
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,13 +31,13 @@ import (
 
 // replayFlags are `mooncake replay`'s flags.
 type replayFlags struct {
-	tracePath, masterAddr, metaURL, poolSize, model string
-	nodes, limit                                    int
-	capacityTokens, bytesPerToken                   int64
-	speed                                           float64
-	jsonOut                                         bool
-	leaseTTL                                        time.Duration
-	evictRatio, watermark                           float64
+	tracePath, masterAddr, clusterID, metaURL, poolSize, model string
+	nodes, limit                                               int
+	capacityTokens, bytesPerToken                              int64
+	speed                                                      float64
+	jsonOut                                                    bool
+	leaseTTL                                                   time.Duration
+	evictRatio, watermark                                      float64
 }
 
 // defaultCapacityTokens sizes the pool when neither --pool-size nor
@@ -62,6 +61,7 @@ func replayCmd() *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&f.tracePath, "trace", "", "JSONL trace file (default: the embedded conversation_trace.jsonl)")
 	fl.StringVar(&f.masterAddr, "master", "", "master gRPC address; empty = start a master and --nodes nodes in-process on 127.0.0.1")
+	fl.StringVar(&f.clusterID, "cluster-id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	fl.StringVar(&f.metaURL, "metadata-server", "", "transfer metadata URL with --master (default http://<master host>:8080/metadata)")
 	fl.IntVar(&f.nodes, "nodes", 2, "in-process storage nodes")
 	fl.StringVar(&f.poolSize, "pool-size", "", "pool size, e.g. 512MiB, 4GiB (exclusive with --capacity-tokens)")
@@ -82,7 +82,15 @@ func usage(format string, args ...any) error {
 }
 
 func runReplay(cmd *cobra.Command, f replayFlags) error {
-	// Geometry and capacity.
+	// Geometry and capacity. 0 is not a size: an explicit 0 is refused
+	// rather than read as "the default" (the flags' zero values only mean
+	// "not given").
+	if cmd.Flags().Changed("bytes-per-token") && f.bytesPerToken == 0 {
+		return usage("--bytes-per-token 0: must be > 0 (omit it for the default: %d B/token, or the --model's)", defaultBytesPerToken)
+	}
+	if cmd.Flags().Changed("capacity-tokens") && f.capacityTokens == 0 {
+		return usage("--capacity-tokens 0: must be > 0 (omit it for the default: %d tokens in-process, the pool's capacity with --master)", defaultCapacityTokens)
+	}
 	bpt := f.bytesPerToken
 	if f.model != "" {
 		m, err := geometry.Lookup(f.model)
@@ -142,9 +150,10 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if f.masterAddr == "" {
 		// The in-process pool maps its memory here: refuse sizes this
 		// machine cannot hold instead of swapping or being killed.
-		if avail := availableMemory(); avail > 0 && poolBytes > avail/2 {
-			return usage("an in-process pool of %s (%d tokens at %d B/token) exceeds half of this machine's available memory (%s); pass a smaller --pool-size or --capacity-tokens",
-				geometry.FormatSize(poolBytes), capTokens, bpt, geometry.FormatSize(avail))
+		// Half: the replay client's buffers and the kernel's page cache
+		// share the machine with the pool.
+		if err := checkMemory(fmt.Sprintf("an in-process pool of %d tokens at %d B/token", capTokens, bpt), poolBytes, availableMemory(), 0.5); err != nil {
+			return usage("%v; pass a smaller --pool-size or --capacity-tokens", err)
 		}
 	}
 
@@ -163,9 +172,18 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		}
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return &exitError{1, fmt.Sprintf("mooncake replay: cannot read trace %s: %v", pe.Path, pe.Err)}
+			// The input the command line names is not there: a usage
+			// error, as a malformed line is.
+			return usage("cannot read trace %s: %v", pe.Path, pe.Err)
 		}
 		return &exitError{1, "mooncake replay: " + err.Error()}
+	}
+	if len(reqs) == 0 {
+		name := f.tracePath
+		if name == "" {
+			name = traces.ConversationName
+		}
+		return usage("trace %s is empty: it holds no requests (one JSON object per line: timestamp, input_length, output_length, hash_ids)", name)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -187,13 +205,16 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	} else {
 		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr)
 		if err != nil {
-			return usage("--metadata-server: %v", err)
+			return metaExit("replay", err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
+		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
 		cancel()
 		if err != nil {
-			return &exitError{1, fmt.Sprintf("mooncake replay: cannot join the pool of master %s (master unreachable or metadata server failing): %v", f.masterAddr, err)}
+			if _, ok := client.Unreachable(err); ok {
+				return masterExit("replay", f.masterAddr, err)
+			}
+			return &exitError{1, fmt.Sprintf("mooncake replay: cannot join the pool of master %s: %s", f.masterAddr, oneLineErr(err))}
 		}
 	}
 	defer cl.Close()
@@ -237,7 +258,10 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		printReport(out, f, rep, len(reqs))
 	}
 	if runErr != nil {
-		return &exitError{1, "mooncake replay: " + runErr.Error()}
+		if _, ok := client.Unreachable(runErr); ok && f.masterAddr != "" {
+			return &exitError{1, fmt.Sprintf("mooncake replay: %s (after %d of %d requests)", client.MasterError(f.masterAddr, runErr), rep.Requests, len(reqs))}
+		}
+		return &exitError{1, "mooncake replay: " + oneLineErr(runErr)}
 	}
 	if rep.ContentMismatches > 0 || rep.PutFailures > 0 {
 		hint := "is the pool smaller than a request, or are its nodes unreachable?"
@@ -249,23 +273,6 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
 	}
 	return nil
-}
-
-// availableMemory is MemAvailable from /proc/meminfo in bytes, or 0.
-func availableMemory() int64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err == nil {
-				return kb << 10
-			}
-		}
-	}
-	return 0
 }
 
 func readAll(r *trace.Reader, limit int) ([]trace.Request, error) {

@@ -2,11 +2,11 @@ package client
 
 import (
 	"context"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
@@ -116,18 +116,36 @@ func segmentInfo(g *pb.SegmentInfo) SegmentInfo {
 // Errors: INVALID_PARAMS (bad expression, or one that is not UTF-8),
 // RPC_FAIL. Mirrors upstream remove_by_regex.
 func (o ops) RemoveByRegex(ctx context.Context, expr string, force bool) (int, error) {
+	r, err := o.RemoveByRegexReport(ctx, expr, force)
+	return r.Removed, err
+}
+
+// RegexRemoval is what RemoveByRegexReport did with the objects whose key
+// matched: how many it removed and, of those it left, why (ours: upstream
+// reports the count removed only). A master that predates the report
+// sends zeros for the skipped counts.
+type RegexRemoval struct {
+	Removed int
+	Leased  int // left because leased or hard-pinned; force removes them
+	Busy    int // left because a disk tier copy is in progress; force removes them
+	Writing int // left because being written; nothing removes them
+}
+
+// RemoveByRegexReport is RemoveByRegex, saying also how many matching
+// objects it left and why. Errors as RemoveByRegex.
+func (o ops) RemoveByRegexReport(ctx context.Context, expr string, force bool) (RegexRemoval, error) {
 	if !utf8.ValidString(expr) {
 		// The expression is a proto string field: refuse it here with the
 		// reason rather than as a failed RPC.
-		return 0, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
+		return RegexRemoval{}, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
 	}
 	ctx, cancel := o.ctx(ctx)
 	defer cancel()
 	r, err := o.rpc.RemoveByRegex(ctx, &pb.RemoveByRegexRequest{ClientId: o.id, Regex: expr, Force: force})
 	if err != nil {
-		return 0, rpcErr("remove by regex", err)
+		return RegexRemoval{}, rpcErr("remove by regex", err)
 	}
-	return int(r.Count), statusErr(r.Status)
+	return RegexRemoval{Removed: int(r.Count), Leased: int(r.SkippedLeased), Busy: int(r.SkippedBusy), Writing: int(r.SkippedWriting)}, statusErr(r.Status)
 }
 
 // RemoveAll removes every complete object, leased ones only with force
@@ -152,17 +170,20 @@ func (o ops) BatchRemove(ctx context.Context, keys []string, force bool) []error
 	if len(keys) == 0 {
 		return errs
 	}
-	rctx, cancel := o.ctx(ctx)
-	defer cancel()
-	r, err := o.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys), Force: force})
-	if err != nil {
-		return fill(errs, rpcErr("batch remove", err))
-	}
-	if len(r.Results) != len(keys) {
-		return fill(errs, store.Errorf(store.RPCFail, "batch remove: %d results for %d keys", len(r.Results), len(keys)))
-	}
-	for i, s := range r.Results {
+	results, err := chunked(keys, "batch remove", func(lo, hi int) ([]*pb.Status, error) {
+		rctx, cancel := o.ctx(ctx)
+		defer cancel()
+		r, err := o.rpc.BatchRemove(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys[lo:hi]), Force: force})
+		if err != nil {
+			return nil, rpcErr("batch remove", err)
+		}
+		return r.Results, nil
+	})
+	for i, s := range results {
 		errs[i] = statusErr(s)
+	}
+	if err != nil {
+		fill(errs[len(results):], err)
 	}
 	return errs
 }
@@ -204,16 +225,19 @@ func (o ops) batchStat(ctx context.Context, keys []string) ([]KeyInfo, []error) 
 	if len(keys) == 0 {
 		return infos, errs
 	}
-	rctx, cancel := o.ctx(ctx)
-	defer cancel()
-	r, err := o.rpc.BatchGetSize(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys)})
+	results, err := chunked(keys, "get size", func(lo, hi int) ([]*pb.GetSizeResult, error) {
+		rctx, cancel := o.ctx(ctx)
+		defer cancel()
+		r, err := o.rpc.BatchGetSize(rctx, &pb.KeysRequest{ClientId: o.id, Keys: pb.Keys(keys[lo:hi])})
+		if err != nil {
+			return nil, rpcErr("get size", err)
+		}
+		return r.Results, nil
+	})
 	if err != nil {
-		return infos, fill(errs, rpcErr("get size", err))
+		fill(errs[len(results):], err)
 	}
-	if len(r.Results) != len(keys) {
-		return infos, fill(errs, store.Errorf(store.RPCFail, "get size: %d results for %d keys", len(r.Results), len(keys)))
-	}
-	for i, x := range r.Results {
+	for i, x := range results {
 		if errs[i] = statusErr(x.Status); errs[i] != nil {
 			continue
 		}
@@ -293,6 +317,11 @@ func (c *Client) RemoveByRegex(ctx context.Context, expr string, force bool) (in
 	return c.ops().RemoveByRegex(ctx, expr, force)
 }
 
+// RemoveByRegexReport: see Admin.RemoveByRegexReport.
+func (c *Client) RemoveByRegexReport(ctx context.Context, expr string, force bool) (RegexRemoval, error) {
+	return c.ops().RemoveByRegexReport(ctx, expr, force)
+}
+
 // RemoveAll: see Admin.RemoveAll.
 func (c *Client) RemoveAll(ctx context.Context, force bool) (int, error) {
 	return c.ops().RemoveAll(ctx, force)
@@ -339,25 +368,48 @@ func (c *Client) ListKeys(ctx context.Context, prefix string, limit int) ([]KeyI
 type Admin struct {
 	ops
 	conn *grpc.ClientConn
+	stop chan struct{} // closed by Close: ends retries across a failover
+	once sync.Once     // guards close(stop)
 }
 
-// DialAdmin connects to the master at addr (host:port); each call is
-// bounded by timeout (default 30 s). The connection is made lazily, so an
-// unreachable master shows as RPC_FAIL on the first call. Errors:
-// INVALID_PARAMS (empty address), RPC_FAIL (unusable address).
-func DialAdmin(addr string, timeout time.Duration) (*Admin, error) {
+// AdminOption is an optional DialAdmin setting.
+type AdminOption func(*adminConfig)
+
+type adminConfig struct{ cluster string }
+
+// WithClusterID sets the HA cluster an etcd:// address follows (as
+// Config.ClusterID; default "mooncake_cluster").
+func WithClusterID(id string) AdminOption { return func(c *adminConfig) { c.cluster = id } }
+
+// DialAdmin connects to the master at addr: host:port, or
+// "etcd://h1:2379,h2:2379" to follow the leader of highly available
+// masters as a Client does (leader.go; listings and statistics are retried
+// across a failover, removals are not). Each call is bounded by timeout
+// (default 30 s). The connection is made lazily, so an unreachable master
+// shows as RPC_FAIL on the first call (Unreachable tells it apart).
+// Errors: INVALID_PARAMS (empty address, an etcd:// address with no
+// endpoint, a bad cluster id), RPC_FAIL (unusable address).
+func DialAdmin(addr string, timeout time.Duration, opts ...AdminOption) (*Admin, error) {
 	if addr == "" {
 		return nil, store.Errorf(store.InvalidParams, "no master address")
 	}
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, store.Errorf(store.RPCFail, "master %s: %v", addr, err)
+	var cfg adminConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
-	return &Admin{ops: ops{rpc: pb.NewMasterClient(conn), id: "admin/" + randomID(), timeout: timeout}, conn: conn}, nil
+	stop := make(chan struct{})
+	conn, err := dial(addr, cfg.cluster, stop)
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{ops: ops{rpc: pb.NewMasterClient(conn), id: "admin/" + randomID(), timeout: timeout}, conn: conn, stop: stop}, nil
 }
 
-// Close closes the connection.
-func (a *Admin) Close() error { return a.conn.Close() }
+// Close closes the connection; a second Close returns gRPC's error.
+func (a *Admin) Close() error {
+	a.once.Do(func() { close(a.stop) })
+	return a.conn.Close()
+}

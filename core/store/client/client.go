@@ -13,6 +13,13 @@
 // master's embedded metadata server may have lost them) and remounts its
 // segment and disk tier; values it held are lost with the old table.
 //
+// Batch calls are sent to the master in chunks that each fit one gRPC
+// message (batch.go), so a batch of any size works. A failed master call
+// keeps its gRPC status as the cause: Unreachable and MasterError tell an
+// operator "cannot reach master ADDR: connection refused" instead of
+// gRPC's text. With Config.Logf the heartbeat logs losing the master and
+// remounting at it.
+//
 // Reads honour leases: a read that finishes after the lease the master
 // granted fails with LEASE_EXPIRED, because the bytes may have been evicted
 // and overwritten under it.
@@ -26,6 +33,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -98,6 +106,14 @@ type Config struct {
 	// evicted beyond it. 0 = 90% of the free space of StorageRootDir's
 	// filesystem.
 	StorageQuota uint64
+	// Logf, if set, receives one line (no trailing newline) whenever the
+	// heartbeat's view of the master changes: the master is lost
+	// ("lost the master: cannot reach master ADDR: connection refused",
+	// MasterError's wording), reachable again, asked for a remount and got
+	// it, or a remount failed (once per outage). nil = silent. Called from
+	// the heartbeat goroutine; it must not block for long. Ours: upstream
+	// logs these through glog.
+	Logf func(format string, args ...any)
 }
 
 // Client is a pool client. Create with New.
@@ -137,7 +153,7 @@ func randomID() string {
 // when the master runs without enable_offload; RPC_FAIL when the master
 // cannot be reached (the first heartbeat is sent synchronously); the
 // engine's or the master's error otherwise; nothing is left running on
-// error.
+// error, and a segment already mounted is unmounted again.
 func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	switch {
 	case cfg.MasterAddr == "":
@@ -164,8 +180,15 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	}
 	c = &Client{cfg: cfg, id: cfg.LocalHostname + "/" + randomID(), stop: make(chan struct{}), done: make(chan struct{})}
 	started := c // c is nil by the time an error return runs the defer
+	mounting := false
 	defer func() {
 		if err != nil {
+			if mounting {
+				// A client that fails to start must not leave its
+				// segment listed: the master would place replicas on
+				// memory that is about to be unmapped.
+				started.unmountQuietly()
+			}
 			started.teardown()
 		}
 	}()
@@ -202,6 +225,7 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	}
 	// Mount the segment, or, for a pure client, register with no
 	// segments: the master asks a client to remount until it has.
+	mounting = c.segment != nil // the mount may land even if its answer is lost
 	if err = c.remount(ctx); err != nil {
 		return nil, err
 	}
@@ -229,11 +253,15 @@ func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(ctx, c.cfg.RPCTimeout)
 }
 
+// rpcErr is a failed master call as a pool error: RPC_TIMEOUT or
+// RPC_FAIL, naming what was called and keeping err (the gRPC status) as
+// the cause, for Unreachable.
 func rpcErr(what string, err error) error {
+	code := store.RPCFail
 	if errors.Is(err, context.DeadlineExceeded) {
-		return store.Errorf(store.RPCTimeout, "%s: %v", what, err)
+		code = store.RPCTimeout
 	}
-	return store.Errorf(store.RPCFail, "%s: %v", what, err)
+	return &store.Error{Code: code, Msg: what + ": " + err.Error(), Cause: err}
 }
 
 func statusErr(s *pb.Status) error {
@@ -281,7 +309,9 @@ func (c *Client) heartbeat() {
 	defer close(c.done)
 	t := time.NewTicker(c.cfg.PingInterval)
 	defer t.Stop()
-	tierLost := false // the segment was remounted, its disk tier not yet
+	tierLost := false      // the segment was remounted, its disk tier not yet
+	lost := false          // the last ping failed (logged once per outage)
+	remountFailed := false // a remount failed since the last one that worked (logged once)
 	for {
 		select {
 		case <-c.stop:
@@ -289,8 +319,16 @@ func (c *Client) heartbeat() {
 		case <-t.C:
 			need, err := c.ping(context.Background())
 			if err != nil {
+				if !lost {
+					c.logf("lost the master: %s (retrying every %v)", MasterError(c.cfg.MasterAddr, err), c.cfg.PingInterval)
+				}
+				lost = true
 				continue
 			}
+			if lost && !need {
+				c.logf("master %s is reachable again; it still has this client's segments", c.cfg.MasterAddr)
+			}
+			lost = false
 			if need {
 				// The master restarted (or dropped us): the embedded HTTP
 				// metadata server may have lost our descriptor too, so
@@ -300,12 +338,18 @@ func (c *Client) heartbeat() {
 				rctx, cancel := c.rpcCtx(context.Background())
 				err := c.engine.Republish(rctx)
 				cancel()
+				if err == nil {
+					err = c.remount(context.Background())
+				}
 				if err != nil {
+					if !remountFailed {
+						c.logf("master %s asked for a remount, which failed (retrying every %v): %s", c.cfg.MasterAddr, c.cfg.PingInterval, MasterError(c.cfg.MasterAddr, err))
+					}
+					remountFailed = true
 					continue
 				}
-				if c.remount(context.Background()) != nil {
-					continue
-				}
+				remountFailed = false
+				c.logf("remounted at master %s (it restarted or dropped this client): %s", c.cfg.MasterAddr, c.mountedText())
 				if c.disk != nil {
 					// The master forgot our disk replicas with the
 					// segment: the files are orphans.
@@ -315,9 +359,25 @@ func (c *Client) heartbeat() {
 			}
 			if tierLost && c.mountTier(context.Background(), c.disk.Capacity()) == nil {
 				tierLost = false
+				c.logf("disk tier remounted at master %s (%d bytes; its old files were dropped)", c.cfg.MasterAddr, c.disk.Capacity())
 			}
 		}
 	}
+}
+
+// logf calls Config.Logf, if set.
+func (c *Client) logf(format string, args ...any) {
+	if c.cfg.Logf != nil {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// mountedText describes what a remount mounted, for the log.
+func (c *Client) mountedText() string {
+	if c.segment == nil {
+		return "no segment (a pure client)"
+	}
+	return fmt.Sprintf("segment %s, %d bytes", c.segID, c.segment.Len())
 }
 
 // Close unmounts the contributed segment (its objects vanish from the
@@ -350,6 +410,19 @@ func (c *Client) Close() error {
 	}
 	c.teardown()
 	return err
+}
+
+// cleanupTimeout bounds the unmount a failed New sends: a master that
+// does not answer drops the segment with the client's TTL anyway.
+const cleanupTimeout = 5 * time.Second
+
+// unmountQuietly unmounts the global segment, ignoring the answer (the
+// segment may not be mounted at all): for a New that failed after it tried
+// to mount.
+func (c *Client) unmountQuietly() {
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, cleanupTimeout))
+	defer cancel()
+	_, _ = c.rpc.UnmountSegment(ctx, &pb.UnmountSegmentRequest{ClientId: c.id, SegmentId: c.segID})
 }
 
 func (c *Client) teardown() {

@@ -71,23 +71,32 @@ func etcdEndpoints(addr string) ([]string, bool) {
 	return eps, true
 }
 
-// dialMaster creates the master connection: to MasterAddr, or, for an
-// etcd:// address, to whichever master leads. Errors: INVALID_PARAMS (no
-// endpoint, bad cluster id); RPC_FAIL (gRPC refused the target).
+// dialMaster creates the client's master connection (dial).
 func (c *Client) dialMaster() (*grpc.ClientConn, error) {
-	creds := grpc.WithTransportCredentials(insecure.NewCredentials())
-	eps, ok := etcdEndpoints(c.cfg.MasterAddr)
+	return dial(c.cfg.MasterAddr, c.cfg.ClusterID, c.stop)
+}
+
+// dial creates a master connection: to addr (host:port), or, for an
+// etcd:// address, to whichever master of cluster ("" = the default)
+// leads, retrying idempotent calls across a failover until their deadline
+// or until stop is closed. Errors: INVALID_PARAMS (no endpoint, bad
+// cluster id); RPC_FAIL (gRPC refused the target).
+func dial(addr, cluster string, stop <-chan struct{}) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)),
+	}
+	eps, ok := etcdEndpoints(addr)
 	if !ok {
-		conn, err := grpc.NewClient(c.cfg.MasterAddr, creds)
+		conn, err := grpc.NewClient(addr, opts...)
 		if err != nil {
-			return nil, store.Errorf(store.RPCFail, "master %s: %v", c.cfg.MasterAddr, err)
+			return nil, store.Errorf(store.RPCFail, "master %s: %v", addr, err)
 		}
 		return conn, nil
 	}
 	if len(eps) == 0 {
-		return nil, store.Errorf(store.InvalidParams, "master %q names no etcd endpoint", c.cfg.MasterAddr)
+		return nil, store.Errorf(store.InvalidParams, "master %q names no etcd endpoint", addr)
 	}
-	cluster := c.cfg.ClusterID
 	if cluster == "" {
 		cluster = ha.DefaultClusterID
 	}
@@ -95,33 +104,36 @@ func (c *Client) dialMaster() (*grpc.ClientConn, error) {
 		return nil, store.Errorf(store.InvalidParams, "%v", err)
 	}
 	b := &leaderBuilder{endpoints: eps, cluster: cluster}
-	conn, err := grpc.NewClient(leaderScheme+":///"+cluster, creds, grpc.WithResolvers(b), grpc.WithChainUnaryInterceptor(c.retryIdempotent))
+	opts = append(opts, grpc.WithResolvers(b), grpc.WithChainUnaryInterceptor(retryIdempotent(stop)))
+	conn, err := grpc.NewClient(leaderScheme+":///"+cluster, opts...)
 	if err != nil {
-		return nil, store.Errorf(store.RPCFail, "master %s: %v", c.cfg.MasterAddr, err)
+		return nil, store.Errorf(store.RPCFail, "master %s: %v", addr, err)
 	}
 	return conn, nil
 }
 
 // retryIdempotent retries idempotent calls that fail with Unavailable,
-// with backoff, until the call's context ends or the client closes.
-func (c *Client) retryIdempotent(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	backoff := 10 * time.Millisecond
-	for {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || !idempotent[method] || grpcstatus.Code(err) != codes.Unavailable {
-			return err
+// with backoff, until the call's context ends or stop is closed.
+func retryIdempotent(stop <-chan struct{}) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		backoff := 10 * time.Millisecond
+		for {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil || !idempotent[method] || grpcstatus.Code(err) != codes.Unavailable {
+				return err
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return err
+			case <-stop:
+				t.Stop()
+				return err
+			case <-t.C:
+			}
+			backoff = min(2*backoff, 250*time.Millisecond)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-c.stop:
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 }
 

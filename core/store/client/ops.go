@@ -88,19 +88,24 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 	for i, ps := range parts {
 		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys), Sizes: sizes, Config: c.replicaConfig(opts)})
-	cancel()
+	rc := c.replicaConfig(opts)
+	results, err := chunked(keys, "put start", func(lo, hi int) ([]*pb.PutStartResult, error) {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi]), Sizes: sizes[lo:hi], Config: rc})
+		if err != nil {
+			return nil, rpcErr("put start", err)
+		}
+		return resp.Results, nil
+	})
 	if err != nil {
-		return fill(errs, rpcErr("put start", err))
-	}
-	if len(resp.Results) != len(keys) {
-		return fill(errs, store.Errorf(store.RPCFail, "put start: %d results for %d keys", len(resp.Results), len(keys)))
+		// The keys of the chunks that were started go on; the rest fail.
+		fill(errs[len(results):], err)
 	}
 	type write struct{ key, first, n, replicas int }
 	var reqs []transfer.Request
 	var writes []write
-	for i, r := range resp.Results {
+	for i, r := range results {
 		if err := statusErr(r.Status); err != nil {
 			if !errors.Is(err, store.ErrObjectAlreadyExists) {
 				errs[i] = err
@@ -156,25 +161,27 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 
 type keysCall func(ctx context.Context, in *pb.KeysRequest, opts ...grpc.CallOption) (*pb.StatusList, error)
 
+// finish ends or revokes keys (call is BatchPutEnd or BatchPutRevoke),
+// in chunks, and sets errs[idx[j]] for keys[j] that failed; a chunk that
+// fails fails its keys and every later one.
 func (c *Client) finish(ctx context.Context, call keysCall, what string, keys []string, idx []int, errs []error) {
-	if len(keys) == 0 {
-		return
-	}
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := call(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
-	if err != nil || len(resp.Results) != len(keys) {
-		if err == nil {
-			err = fmt.Errorf("%d results for %d keys", len(resp.Results), len(keys))
+	results, err := chunked(keys, what, func(lo, hi int) ([]*pb.Status, error) {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		resp, err := call(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
+		if err != nil {
+			return nil, rpcErr(what, err)
 		}
-		for _, i := range idx {
-			errs[i] = rpcErr(what, err)
-		}
-		return
-	}
-	for j, s := range resp.Results {
+		return resp.Results, nil
+	})
+	for j, s := range results {
 		if e := statusErr(s); e != nil {
 			errs[idx[j]] = e
+		}
+	}
+	if err != nil {
+		for _, i := range idx[len(results):] {
+			errs[i] = err
 		}
 	}
 }
@@ -245,15 +252,19 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	for i, ps := range dsts {
 		capOf[i] = partsLen(ps)
 	}
-	granted := time.Now() // the lease starts no earlier than this
-	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
-	cancel()
+	granted := time.Now() // every lease starts no earlier than this
+	results, err := chunked(keys, "get replica list", func(lo, hi int) ([]*pb.GetReplicaListResult, error) {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
+		if err != nil {
+			return nil, rpcErr("get replica list", err)
+		}
+		return resp.Results, nil
+	})
 	if err != nil {
-		return n, fill(errs, rpcErr("get replica list", err))
-	}
-	if len(resp.Results) != len(keys) {
-		return n, fill(errs, store.Errorf(store.RPCFail, "get replica list: %d results for %d keys", len(resp.Results), len(keys)))
+		// The keys of the chunks answered are read; the rest fail.
+		fill(errs[len(results):], err)
 	}
 	// First attempt: replica 0 of every key (one batch); failed keys retry
 	// on their other replicas one by one.
@@ -261,7 +272,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	type span struct{ key, first, n, rep int } // a key's requests in reqs, and the replica they read
 	idx := make([]span, 0, len(keys))
 	lease := make([]time.Duration, len(keys)) // per key: keys staged from disk waited at the master
-	for i, r := range resp.Results {
+	for i, r := range results {
 		if err := statusErr(r.Status); err != nil {
 			errs[i] = err
 			continue
@@ -297,7 +308,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	st, terr := c.run(ctx, reqs)
 	for _, sp := range idx {
 		i := sp.key
-		r := resp.Results[i]
+		r := results[i]
 		cause := terr
 		if cause == nil {
 			cause = failed(st[sp.first : sp.first+sp.n])
@@ -443,16 +454,19 @@ func (c *Client) BatchIsExist(ctx context.Context, keys []string) ([]bool, error
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	defer cancel()
-	resp, err := c.rpc.BatchExistKey(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys)})
+	results, err := chunked(keys, "exist key", func(lo, hi int) ([]*pb.ExistResult, error) {
+		rctx, cancel := c.rpcCtx(ctx)
+		defer cancel()
+		resp, err := c.rpc.BatchExistKey(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
+		if err != nil {
+			return nil, rpcErr("exist key", err)
+		}
+		return resp.Results, nil
+	})
 	if err != nil {
-		return nil, rpcErr("exist key", err)
+		return nil, err
 	}
-	if len(resp.Results) != len(keys) {
-		return nil, store.Errorf(store.RPCFail, "exist key: %d results for %d keys", len(resp.Results), len(keys))
-	}
-	for i, r := range resp.Results {
+	for i, r := range results {
 		if err := statusErr(r.Status); err != nil {
 			return nil, err
 		}

@@ -86,27 +86,62 @@ func (m *Master) removable(o *object, force bool, now time.Time) error {
 // instead; expressions over ASCII and UTF-8 keys mean the same in both.
 // Remove names one key exactly, whatever its bytes.
 func (m *Master) RemoveByRegex(expr string, force bool) (int, error) {
+	r, err := m.RemoveByRegexReport(expr, force)
+	return r.Removed, err
+}
+
+// RegexRemoval is what RemoveByRegexReport did with the objects whose key
+// matched: how many it removed and, of those it left, why (ours: upstream
+// reports the count removed only).
+type RegexRemoval struct {
+	Removed int
+	// Leased counts objects left because they are leased or hard-pinned
+	// (OBJECT_HAS_LEASE); force removes them.
+	Leased int
+	// Busy counts objects left because a copy to or from the disk tier
+	// is in progress (OBJECT_REPLICA_BUSY); force removes them.
+	Busy int
+	// Writing counts objects left because they are being written
+	// (REPLICA_IS_NOT_READY); nothing removes them.
+	Writing int
+}
+
+// RemoveByRegexReport is RemoveByRegex, saying also how many matching
+// objects it left and why. Errors as RemoveByRegex.
+func (m *Master) RemoveByRegexReport(expr string, force bool) (RegexRemoval, error) {
+	var r RegexRemoval
 	if expr == "" {
-		return 0, store.Errorf(store.InvalidParams, "empty regex")
+		return r, store.Errorf(store.InvalidParams, "empty regex")
 	}
 	if !utf8.ValidString(expr) {
-		return 0, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
+		return r, store.Errorf(store.InvalidParams, "regex %q is not UTF-8; match a byte that is not UTF-8 with . or \\x{FFFD}", expr)
 	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
-		return 0, store.Errorf(store.InvalidParams, "regex %q: %v", expr, err)
+		return r, store.Errorf(store.InvalidParams, "regex %q: %v", expr, err)
 	}
 	now := m.cfg.Now()
 	var victims []*object
 	for o := range m.objects.all {
-		if re.MatchString(o.key) && m.removable(o, force, now) == nil {
+		if !re.MatchString(o.key) {
+			continue
+		}
+		switch store.CodeOf(m.removable(o, force, now)) {
+		case store.OK:
 			victims = append(victims, o)
+		case store.ObjectHasLease:
+			r.Leased++
+		case store.ObjectReplicaBusy:
+			r.Busy++
+		default:
+			r.Writing++
 		}
 	}
 	for _, o := range victims {
 		m.free(o)
 	}
-	return len(victims), nil
+	r.Removed = len(victims)
+	return r, nil
 }
 
 // RemoveAll removes every complete object, skipping leased ones unless

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/store"
 )
 
@@ -228,12 +231,14 @@ func TestRemoveByRegex(t *testing.T) {
 		force bool
 		n     int
 		left  []string
+		// skipped: leased or hard-pinned, being written
+		leased, writing int
 	}{
-		{"^a/", false, 2, []string{"a/2", "a/3", "a/4", "b/1", "xa/1"}},
-		{"^a/", true, 4, []string{"a/3", "b/1", "xa/1"}},
-		{"a/", false, 3, []string{"a/2", "a/3", "a/4", "b/1"}},
-		{"^nothing$", true, 0, []string{"a/1", "a/2", "a/3", "a/4", "a/5", "b/1", "xa/1"}},
-		{".*", true, 6, []string{"a/3"}},
+		{"^a/", false, 2, []string{"a/2", "a/3", "a/4", "b/1", "xa/1"}, 2, 1},
+		{"^a/", true, 4, []string{"a/3", "b/1", "xa/1"}, 0, 1},
+		{"a/", false, 3, []string{"a/2", "a/3", "a/4", "b/1"}, 2, 1},
+		{"^nothing$", true, 0, []string{"a/1", "a/2", "a/3", "a/4", "a/5", "b/1", "xa/1"}, 0, 0},
+		{".*", true, 6, []string{"a/3"}, 0, 1},
 	} {
 		t.Run(fmt.Sprintf("%s force=%v", tc.expr, tc.force), func(t *testing.T) {
 			m := setup(t)
@@ -241,6 +246,10 @@ func TestRemoveByRegex(t *testing.T) {
 			if err != nil || n != tc.n {
 				t.Fatalf("RemoveByRegex = %d, %v; want %d", n, err, tc.n)
 			}
+			// The report on a fresh table says why the rest stayed.
+			r, err := setup(t).RemoveByRegexReport(tc.expr, tc.force)
+			require.NoError(t, err)
+			assert.Equal(t, RegexRemoval{Removed: tc.n, Leased: tc.leased, Writing: tc.writing}, r)
 			if got := keysOf(m); !slices.Equal(got, tc.left) {
 				t.Fatalf("left %v, want %v", got, tc.left)
 			}

@@ -143,9 +143,10 @@ func (s *Server) Remove(ctx context.Context, req *pb.KeyRequest) (*pb.Status, er
 // RemoveByRegex implements storepb.MasterServer (master.RemoveByRegex).
 func (s *Server) RemoveByRegex(ctx context.Context, req *pb.RemoveByRegexRequest) (*pb.CountResponse, error) {
 	s.mu.Lock()
-	n, err := s.mu.m.RemoveByRegex(req.Regex, req.Force)
+	r, err := s.mu.m.RemoveByRegexReport(req.Regex, req.Force)
 	s.unlock()
-	return &pb.CountResponse{Status: status(err), Count: int64(n)}, nil
+	return &pb.CountResponse{Status: status(err), Count: int64(r.Removed),
+		SkippedLeased: int64(r.Leased), SkippedBusy: int64(r.Busy), SkippedWriting: int64(r.Writing)}, nil
 }
 
 // RemoveAll implements storepb.MasterServer (master.RemoveAll).

@@ -1745,11 +1745,15 @@ func (x *RemoveAllRequest) GetForce() bool {
 }
 
 type CountResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Status        *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
-	Count         int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"` // objects removed
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status *Status                `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Count  int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"` // objects removed
+	// RemoveByRegex only (ours): matching objects left in place.
+	SkippedLeased  int64 `protobuf:"varint,3,opt,name=skipped_leased,json=skippedLeased,proto3" json:"skipped_leased,omitempty"`    // leased or hard-pinned; force removes them
+	SkippedBusy    int64 `protobuf:"varint,4,opt,name=skipped_busy,json=skippedBusy,proto3" json:"skipped_busy,omitempty"`          // a disk tier copy in progress; force removes them
+	SkippedWriting int64 `protobuf:"varint,5,opt,name=skipped_writing,json=skippedWriting,proto3" json:"skipped_writing,omitempty"` // being written; never removed
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CountResponse) Reset() {
@@ -1792,6 +1796,27 @@ func (x *CountResponse) GetStatus() *Status {
 func (x *CountResponse) GetCount() int64 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *CountResponse) GetSkippedLeased() int64 {
+	if x != nil {
+		return x.SkippedLeased
+	}
+	return 0
+}
+
+func (x *CountResponse) GetSkippedBusy() int64 {
+	if x != nil {
+		return x.SkippedBusy
+	}
+	return 0
+}
+
+func (x *CountResponse) GetSkippedWriting() int64 {
+	if x != nil {
+		return x.SkippedWriting
 	}
 	return 0
 }
@@ -2970,10 +2995,13 @@ const file_master_proto_rawDesc = "" +
 	"\x05force\x18\x03 \x01(\bR\x05force\"E\n" +
 	"\x10RemoveAllRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"X\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\xcb\x01\n" +
 	"\rCountResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xb9\x02\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12%\n" +
+	"\x0eskipped_leased\x18\x03 \x01(\x03R\rskippedLeased\x12!\n" +
+	"\fskipped_busy\x18\x04 \x01(\x03R\vskippedBusy\x12'\n" +
+	"\x0fskipped_writing\x18\x05 \x01(\x03R\x0eskippedWriting\"\xb9\x02\n" +
 	"\aKeyInfo\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x04R\x04size\x12\x14\n" +
