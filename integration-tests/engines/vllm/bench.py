@@ -149,10 +149,12 @@ def main():
         return {k: v for k, v in pool.keys().items() if "/t=bench/" in k}
 
     def wait_saved(n, what):
-        # Each poll starts a `mooncake ctl keys` process: every 0.5 s, so
-        # that polling takes little of the CPU the saves being measured
-        # run on (their busy time is measured inside the connector, so a
-        # late poll does not change the figures).
+        # Each poll starts a `mooncake ctl keys` process: the first 0.5 s
+        # after the prompt returned, by when its saves (tens of ms) are
+        # done, then every 0.5 s, so that polling does not take the CPU
+        # the saves being measured run on (their busy time is measured
+        # inside the connector, so a late poll does not change it).
+        time.sleep(0.5)
         mcrig.wait_until(lambda: len(bench_keys()) >= n, 300, what, tail=pool.tails, interval=0.5)
 
     try:
