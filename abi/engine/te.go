@@ -49,11 +49,11 @@ type teEngine struct {
 	meta metadata.Store // the service (cbridge.MetaStore-wrapped)
 	// metaCloser releases the metadata connection (for P2P mode it is hs).
 	metaCloser io.Closer
-	p2p        bool            // P2PHANDSHAKE mode: hs is also the metadata store
-	hs         *p2pmeta.Store  // handshake endpoint; its port is the rpc port
-	tcp        *tcp.Transport  // the data plane
-	name       string          // segment name (in P2P mode hs.Name())
-	hsKey      string          // handshake key published ("" in P2P mode)
+	p2p        bool             // P2PHANDSHAKE mode: hs is also the metadata store
+	hs         *p2pmeta.Store   // handshake endpoint; its port is the rpc port
+	tcp        *tcp.Transport   // the data plane
+	name       string           // segment name (in P2P mode hs.Name())
+	hsKey      string           // handshake key published ("" in P2P mode)
 	hsAddr     metadata.RPCMeta // what hsKey holds
 }
 
