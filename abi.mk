@@ -46,14 +46,20 @@ test-abi: lib venv
 .DEFAULT_GOAL := $(or $(abi_saved_default_goal),$(if $(filter-out abi.mk,$(notdir $(MAKEFILE_LIST))),,lib))
 
 # wheel: the mooncake-go Python distribution (mooncake_go + mooncake_go.vllm
-# with libmooncake.so inside) in build/wheel/, then a smoke check: installed
-# into a throwaway venv, the connector module imports and the bundled
-# library loads.
+# with libmooncake.so and the `mooncake` binary inside, and the
+# upstream-compatible `mooncake` package with its console scripts) in
+# build/wheel/, then a smoke check: installed into a throwaway venv, the
+# connector module and mooncake.engine import, the bundled library loads,
+# the upstream tool names run the bundled binary, and the guard .pth is in
+# site-packages.
 .PHONY: wheel
 wheel: lib venv
 	cp $(LIBMOONCAKE) abi/python/mooncake_go/libmooncake.so
-	rm -rf build/wheel build/wheel-venv && $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w build/wheel .
-	rm -f abi/python/mooncake_go/libmooncake.so
-	rm -rf mooncake_go.egg-info
+	$(GO) build -buildvcs=auto -o abi/python/mooncake_go/bin/mooncake ./core/cmd/mooncake
+	rm -rf build/wheel build/wheel-venv build/lib build/bdist.* && $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w build/wheel .
+	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/bin build/lib build/bdist.*
+	rm -rf mooncake_go.egg-info compat/python/mooncake_go.egg-info
 	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
-	cd build && env -u MOONCAKE_GO_LIB wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm; from mooncake_go.vllm import MooncakeGoConnector; print('wheel ok:', mooncake_go.load()._name)"
+	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; print('wheel ok:', mooncake_go.load()._name)"
+	cd build && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_master --version && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_http_metadata_server --help >/dev/null
+	test -f build/wheel-venv/lib/python*/site-packages/mooncake_go_guard.pth

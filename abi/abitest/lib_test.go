@@ -35,6 +35,20 @@ type status struct {
 	TransferredBytes uint64
 }
 
+// cbuf mirrors mc_buf_t (void* at 0, size_t at 8). data is an integer: it
+// points into C memory the test reads with readBuf and frees with
+// mc_buf_free.
+type cbuf struct {
+	Data uintptr
+	Len  uintptr
+}
+
+// bufferDesc mirrors mc_te_buffer_t (two uint64; 16 bytes).
+type bufferDesc struct {
+	Addr   uint64
+	Length uint64
+}
+
 // lib holds the library's functions, typed as the headers declare them.
 // Strings are *byte so a test can pass NULL; see cstr.
 type lib struct {
@@ -52,6 +66,17 @@ type lib struct {
 	submit       func(e uintptr, batch uint64, reqs *request, count uintptr) int32
 	getStatus    func(e uintptr, batch uint64, task uintptr, out *status) int32
 	freeBatch    func(e uintptr, batch uint64) int32
+
+	// transfer_engine.h 1.1.
+	bufFree     func(b *cbuf)
+	localName   func(e uintptr, out *cbuf) int32
+	rpcPort     func(e uintptr, out *int32) int32
+	refreshSeg  func(e uintptr, id int32) int32
+	segBuffers  func(e uintptr, id int32, out *bufferDesc, capacity uintptr, count *uintptr) int32
+	waitBatch   func(e uintptr, batch, timeoutMS uint64, out *status) int32
+	probe       func(e uintptr, name *byte) int32
+	sendNotify  func(e uintptr, name, notifyName, msg *byte) int32
+	getNotifies func(e uintptr, out *cbuf) int32
 
 	// store.h. Key strings are *byte (NULL-able); arrays of addresses and
 	// sizes are []uintptr passed by their first element (they hold no Go
@@ -83,6 +108,10 @@ type lib struct {
 	storeBatchIsExistN func(s uintptr, keys, keyLens *uintptr, n uintptr, out *int32) int32
 	storeRemoveN       func(s uintptr, key *byte, keyLen uintptr, force int32) int32
 	storeGetSizeN      func(s uintptr, key *byte, keyLen uintptr, out *uint64) int32
+
+	// memcpy is libc's, to copy C memory (an mc_buf_t) into Go memory
+	// without unsafe.
+	memcpy func(dst *byte, src, n uintptr) uintptr
 
 	// consts are the integer #defines of common.h and transfer_engine.h.
 	consts map[string]int64
@@ -145,6 +174,15 @@ func open(path string) (*lib, error) {
 		"mc_te_submit":                  &l.submit,
 		"mc_te_get_status":              &l.getStatus,
 		"mc_te_free_batch":              &l.freeBatch,
+		"mc_buf_free":                   &l.bufFree,
+		"mc_te_get_local_name":          &l.localName,
+		"mc_te_get_rpc_port":            &l.rpcPort,
+		"mc_te_refresh_segment":         &l.refreshSeg,
+		"mc_te_get_segment_buffers":     &l.segBuffers,
+		"mc_te_wait_batch":              &l.waitBatch,
+		"mc_te_probe":                   &l.probe,
+		"mc_te_send_notify":             &l.sendNotify,
+		"mc_te_get_notifies":            &l.getNotifies,
 		"mc_store_abi_version":          &l.storeABIVersion,
 		"mc_store_setup":                &l.storeSetup,
 		"mc_store_destroy":              &l.storeDestroy,
@@ -178,6 +216,15 @@ func open(path string) (*lib, error) {
 		}
 		purego.RegisterFunc(fp, sym)
 	}
+	libc, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		return nil, fmt.Errorf("dlopen libc.so.6: %w", err)
+	}
+	sym, err := purego.Dlsym(libc, "memcpy")
+	if err != nil {
+		return nil, fmt.Errorf("dlsym memcpy: %w", err)
+	}
+	purego.RegisterFunc(&l.memcpy, sym)
 	l.consts = map[string]int64{}
 	for _, hdr := range headers {
 		if err := readDefines(filepath.Join(repoRoot(), "abi", "include", "mooncake", hdr), l.consts); err != nil {
@@ -224,6 +271,16 @@ func (l *lib) c(t *testing.T, name string) int32 {
 }
 
 // cstr returns a NUL-terminated copy of s for a const char* argument.
+// readBuf copies an mc_buf_t's bytes into Go memory and frees the buffer.
+func (l *lib) readBuf(b *cbuf) []byte {
+	out := make([]byte, b.Len)
+	if b.Len > 0 {
+		l.memcpy(&out[0], b.Data, b.Len)
+	}
+	l.bufFree(b)
+	return out
+}
+
 func cstr(s string) *byte {
 	b := append([]byte(s), 0)
 	return &b[0]

@@ -195,13 +195,20 @@ func TestTransferEngineBadInputs(t *testing.T) {
 		{"create: NULL out", func() int32 { return l.create(cstr(meta), cstr("x"), nil, 0, 0, nil) }, "MC_ERR_INVALID_ARGUMENT"},
 		{"create: port over 65535", func() int32 { var o uintptr; return l.create(cstr(meta), cstr("x"), nil, 70000, 0, &o) }, "MC_ERR_INVALID_ARGUMENT"},
 		{"create: unknown scheme", func() int32 { var o uintptr; return l.create(cstr("ftp://h/x"), cstr("x"), nil, 0, 0, &o) }, "MC_ERR_INVALID_ARGUMENT"},
-		{"create: P2PHANDSHAKE", func() int32 { var o uintptr; return l.create(cstr("P2PHANDSHAKE"), cstr("x"), nil, 0, 0, &o) }, "MC_ERR_UNSUPPORTED"},
-		{"create: etcd", func() int32 { var o uintptr; return l.create(cstr("etcd://127.0.0.1:2379"), cstr("x"), nil, 0, 0, &o) }, "MC_ERR_UNSUPPORTED"},
+		{"create: p2phandshake (case-sensitive)", func() int32 { var o uintptr; return l.create(cstr("p2phandshake"), cstr("x"), nil, 0, 0, &o) }, "MC_ERR_INVALID_ARGUMENT"},
+		{"create: redis", func() int32 { var o uintptr; return l.create(cstr("redis://127.0.0.1:6379"), cstr("x"), nil, 0, 0, &o) }, "MC_ERR_UNSUPPORTED"},
+		{"create: etcd unreachable", func() int32 {
+			var o uintptr
+			return l.create(cstr("etcd://127.0.0.1:1"), cstr("x"), cstr("127.0.0.1"), 0, 0, &o)
+		}, "MC_ERR_METADATA"},
 		{"create: metadata unreachable", func() int32 {
 			var o uintptr
 			return l.create(cstr("http://127.0.0.1:1/metadata"), cstr("x"), cstr("127.0.0.1"), 0, 0, &o)
 		}, "MC_ERR_METADATA"},
-		{"create: unresolvable host", func() int32 {
+		{"create: bind address unresolvable", func() int32 {
+			// A host name is published, not bound (upstream binds every
+			// interface); MC_TCP_BIND_ADDRESS is bound.
+			t.Setenv("MC_TCP_BIND_ADDRESS", "no-such-host.invalid")
 			var o uintptr
 			return l.create(cstr(meta), cstr("x"), cstr("no-such-host.invalid"), 0, 0, &o)
 		}, "MC_ERR_DNS"},

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
@@ -161,6 +162,10 @@ var codeTable = []struct {
 	// else the service did is a metadata failure.
 	{is: metadata.ErrInvalidConnString, code: InvalidArgument},
 	{is: ErrMetadata, code: Metadata},
+	// Handshake channel (P2P metadata, probes, notifications): a peer that
+	// answers with an error or with a malformed frame.
+	{is: p2pmeta.ErrRejected, code: RejectHandshake},
+	{is: p2pmeta.ErrBadFrame, code: MalformedJSON},
 	// Generic causes.
 	{is: context.DeadlineExceeded, code: Timeout},
 	{as: isDNSError, code: DNS},

@@ -1,6 +1,11 @@
 // Package engine implements the transfer engine's C ABI,
 // abi/include/mooncake/transfer_engine.h (symbol prefix mc_te_), over
-// core/transfer with the tcp transport and an HTTP metadata client.
+// core/transfer with the tcp transport and the metadata service the
+// connection string names (HTTP, etcd or P2PHANDSHAKE, through
+// core/metadata/metaopen). Every engine also runs a handshake endpoint (a
+// p2pmeta listener; in P2P mode the metadata store itself) that answers
+// probes and queues notifications, published under HandshakeDir when
+// there is a metadata service.
 //
 // Layers, from C inward:
 //

@@ -8,6 +8,8 @@ import "C"
 
 import (
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	"github.com/mooncake-go/mooncake/core/transfer"
@@ -49,7 +51,10 @@ func mcgo_te_create(meta, name, host *C.char, port C.uint64_t, autoDiscover C.in
 	case out == nil:
 		return cbridge.Fail(fn, cbridge.Null("out"))
 	}
-	t, err := newEngine(C.GoString(meta), C.GoString(name), cbridge.GoString(host), uint64(port))
+	t, err := newEngine(engineArgs{
+		Conn: C.GoString(meta), Name: C.GoString(name), Host: cbridge.GoString(host),
+		Port: uint64(port), Env: cbridge.Environ(),
+	})
 	return cbridge.DoneHandle(fn, out, t, err)
 }
 
@@ -215,4 +220,159 @@ func mcgo_te_free_batch(engine, batch C.uint64_t) (rc int32) {
 		return cbridge.Fail(fn, err)
 	}
 	return cbridge.Done(fn, t.freeBatch(uint64(batch)))
+}
+
+// fillBuf hands b to the caller as an mc_buf_t it frees with mc_buf_free:
+// a malloc'd copy (C.CBytes), or {NULL, 0} for no bytes.
+func fillBuf(out *C.mc_buf_t, b []byte) {
+	out.data, out.len = nil, 0
+	if len(b) > 0 {
+		out.data = C.CBytes(b)
+		out.len = C.size_t(len(b))
+	}
+}
+
+//export mcgo_te_get_local_name
+func mcgo_te_get_local_name(engine C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_get_local_name"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if out == nil {
+		return cbridge.Fail(fn, cbridge.Null("out"))
+	}
+	fillBuf(out, append([]byte(t.localName()), 0))
+	return cbridge.Succeed()
+}
+
+//export mcgo_te_get_rpc_port
+func mcgo_te_get_rpc_port(engine C.uint64_t, out *C.int32_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_get_rpc_port"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if out == nil {
+		return cbridge.Fail(fn, cbridge.Null("out_port"))
+	}
+	return cbridge.DoneOut(fn, out, C.int32_t(t.rpcPort()), nil)
+}
+
+//export mcgo_te_refresh_segment
+func mcgo_te_refresh_segment(engine C.uint64_t, id C.int32_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_refresh_segment"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	return cbridge.Done(fn, t.refreshSegment(int32(id)))
+}
+
+//export mcgo_te_get_segment_buffers
+func mcgo_te_get_segment_buffers(engine C.uint64_t, id C.int32_t, out *C.mc_te_buffer_t, capacity C.size_t, count *C.size_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_get_segment_buffers"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if count == nil {
+		return cbridge.Fail(fn, cbridge.Null("out_count"))
+	}
+	var dst []C.mc_te_buffer_t
+	if capacity > 0 {
+		if dst, err = cbridge.Slice("out", out, uintptr(capacity)); err != nil {
+			return cbridge.Fail(fn, err)
+		}
+	}
+	bufs, err := t.segmentBuffers(int32(id))
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	for i := range min(len(dst), len(bufs)) {
+		dst[i].addr = C.uint64_t(bufs[i].Addr)
+		dst[i].length = C.uint64_t(bufs[i].Length)
+	}
+	*count = C.size_t(len(bufs))
+	return cbridge.Succeed()
+}
+
+//export mcgo_te_wait_batch
+func mcgo_te_wait_batch(engine, batch, timeoutMS C.uint64_t, out *C.mc_te_status_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_wait_batch"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if out == nil {
+		return cbridge.Fail(fn, cbridge.Null("out"))
+	}
+	timeout := time.Duration(math.MaxInt64)
+	if uint64(timeoutMS) < uint64(math.MaxInt64/time.Millisecond) {
+		timeout = time.Duration(timeoutMS) * time.Millisecond
+	}
+	st, err := t.batchStatus(uint64(batch), timeout)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	out.status = C.int(st.Status)
+	out.transferred_bytes = C.uint64_t(st.TransferredBytes)
+	if st.Status == transfer.StatusFailed {
+		cbridge.SetError(fmt.Sprintf("%s: batch %d FAILED: %v", fn, uint64(batch), st.Err))
+		return int32(cbridge.OK)
+	}
+	return cbridge.Succeed()
+}
+
+//export mcgo_te_probe
+func mcgo_te_probe(engine C.uint64_t, name *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_probe"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if name == nil {
+		return cbridge.Fail(fn, cbridge.Null("segment_name"))
+	}
+	return cbridge.Done(fn, t.probe(C.GoString(name)))
+}
+
+//export mcgo_te_send_notify
+func mcgo_te_send_notify(engine C.uint64_t, name, notifyName, msg *C.char) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_send_notify"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	switch {
+	case name == nil:
+		return cbridge.Fail(fn, cbridge.Null("segment_name"))
+	case notifyName == nil:
+		return cbridge.Fail(fn, cbridge.Null("notify_name"))
+	case msg == nil:
+		return cbridge.Fail(fn, cbridge.Null("notify_msg"))
+	}
+	return cbridge.Done(fn, t.sendNotify(C.GoString(name), C.GoString(notifyName), C.GoString(msg)))
+}
+
+//export mcgo_te_get_notifies
+func mcgo_te_get_notifies(engine C.uint64_t, out *C.mc_buf_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_te_get_notifies"
+	t, err := lookup(engine)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	if out == nil {
+		return cbridge.Fail(fn, cbridge.Null("out"))
+	}
+	fillBuf(out, t.notifies())
+	return cbridge.Succeed()
 }

@@ -64,3 +64,41 @@ int mc_te_get_status(mc_te_engine_t* engine, uint64_t batch, size_t task_id, mc_
 int mc_te_free_batch(mc_te_engine_t* engine, uint64_t batch) {
   return mcgo_te_free_batch(handle_of(engine), batch);
 }
+
+/* 1.1 */
+
+int mc_te_get_local_name(mc_te_engine_t* engine, mc_buf_t* out) {
+  return mcgo_te_get_local_name(handle_of(engine), out);
+}
+
+int mc_te_get_rpc_port(mc_te_engine_t* engine, int32_t* out_port) {
+  return mcgo_te_get_rpc_port(handle_of(engine), out_port);
+}
+
+int mc_te_refresh_segment(mc_te_engine_t* engine, int32_t segment_id) {
+  return mcgo_te_refresh_segment(handle_of(engine), segment_id);
+}
+
+int mc_te_get_segment_buffers(mc_te_engine_t* engine, int32_t segment_id, mc_te_buffer_t* out,
+                              size_t capacity, size_t* out_count) {
+  return mcgo_te_get_segment_buffers(handle_of(engine), segment_id, out, capacity, out_count);
+}
+
+int mc_te_wait_batch(mc_te_engine_t* engine, uint64_t batch, uint64_t timeout_ms,
+                     mc_te_status_t* out) {
+  return mcgo_te_wait_batch(handle_of(engine), batch, timeout_ms, out);
+}
+
+int mc_te_probe(mc_te_engine_t* engine, const char* segment_name) {
+  return mcgo_te_probe(handle_of(engine), (char*)segment_name);
+}
+
+int mc_te_send_notify(mc_te_engine_t* engine, const char* segment_name, const char* notify_name,
+                      const char* notify_msg) {
+  return mcgo_te_send_notify(handle_of(engine), (char*)segment_name, (char*)notify_name,
+                             (char*)notify_msg);
+}
+
+int mc_te_get_notifies(mc_te_engine_t* engine, mc_buf_t* out) {
+  return mcgo_te_get_notifies(handle_of(engine), out);
+}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
@@ -28,10 +30,16 @@ func metaURL(t *testing.T) string {
 
 func mustEngine(t *testing.T, meta, name string) *teEngine {
 	t.Helper()
-	e, err := newEngine(meta, name, "127.0.0.1", 0)
-	if err != nil {
-		t.Fatal(err)
+	return mustEngineArgs(t, engineArgs{Conn: meta, Name: name, Host: "127.0.0.1"})
+}
+
+func mustEngineArgs(t *testing.T, a engineArgs) *teEngine {
+	t.Helper()
+	if a.Env == nil {
+		a.Env = map[string]string{} // never the test process's MC_TCP_BIND_ADDRESS
 	}
+	e, err := newEngine(a)
+	require.NoError(t, err)
 	t.Cleanup(func() { e.destroy() })
 	return e
 }
@@ -56,13 +64,13 @@ func TestNewEngineErrors(t *testing.T) {
 		{"empty name", meta, "", "", 0, cbridge.InvalidArgument},
 		{"port", meta, "x", "", 65536, cbridge.InvalidArgument},
 		{"bad scheme", "gopher://h", "x", "", 0, cbridge.InvalidArgument},
-		{"p2p", "P2PHANDSHAKE", "x", "", 0, cbridge.Unsupported},
-		{"bare etcd", "127.0.0.1:2379", "x", "", 0, cbridge.Unsupported},
+		{"p2p lowercase", "p2phandshake", "x", "", 0, cbridge.InvalidArgument},
 		{"redis", "redis://127.0.0.1:6379", "x", "", 0, cbridge.Unsupported},
 		{"metadata down", "http://127.0.0.1:1/metadata", "x", "127.0.0.1", 0, cbridge.Metadata},
+		{"etcd down", "127.0.0.1:1", "x", "127.0.0.1", 0, cbridge.Metadata},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e, err := newEngine(c.conn, c.seg, c.host, c.port)
+			e, err := newEngine(engineArgs{Conn: c.conn, Name: c.seg, Host: c.host, Port: c.port, Env: map[string]string{}})
 			if err == nil {
 				e.destroy()
 				t.Fatal("newEngine succeeded")
@@ -81,7 +89,7 @@ func TestPortInUse(t *testing.T) {
 	}
 	defer ln.Close()
 	port := uint64(ln.Addr().(*net.TCPAddr).Port)
-	e, err := newEngine(metaURL(t), "x", "127.0.0.1", port)
+	e, err := newEngine(engineArgs{Conn: metaURL(t), Name: "x", Host: "127.0.0.1", Port: port, Env: map[string]string{}})
 	if err == nil {
 		e.destroy()
 		t.Fatalf("bound port %d twice", port)
@@ -183,7 +191,7 @@ func TestWriteReadBetweenEngines(t *testing.T) {
 func TestDestroyRemovesDescriptor(t *testing.T) {
 	meta := metaURL(t)
 	a := mustEngine(t, meta, "a")
-	b, err := newEngine(meta, "b", "127.0.0.1", 0)
+	b, err := newEngine(engineArgs{Conn: meta, Name: "b", Host: "127.0.0.1", Env: map[string]string{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -398,6 +398,21 @@ func (e *Engine) RefreshSegment(ctx context.Context, id SegmentID) error {
 	return nil
 }
 
+// SegmentDesc returns the descriptor of the opened peer segment id as last
+// read (by OpenSegment or RefreshSegment); the caller must not modify it.
+// Errors: ErrSegmentNotFound for an unknown handle (LocalSegment included:
+// the engine's own buffers are in Registry). Mirrors upstream
+// getSegmentDescByID.
+func (e *Engine) SegmentDesc(id SegmentID) (*metadata.SegmentDesc, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.mu.segs[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: handle %d", ErrSegmentNotFound, id)
+	}
+	return s.desc, nil
+}
+
 // CloseSegment forgets a peer handle and closes its connections. Errors:
 // ErrSegmentNotFound for an unknown handle.
 func (e *Engine) CloseSegment(id SegmentID) error {

@@ -23,6 +23,12 @@
  *     mc_te_unregister_local_memory(e, buf);
  *     mc_te_destroy(e);
  *
+ * Since 1.1 the engine also works in upstream's other metadata modes (etcd,
+ * P2PHANDSHAKE), runs a handshake endpoint (probes, notifications), and
+ * lets callers read a segment's buffer list, re-read a peer's descriptor
+ * and wait for a whole batch (mc_te_wait_batch) instead of polling each
+ * request.
+ *
  * Conventions (status codes, mc_last_error, threads, string ownership) are
  * those of common.h. In short: strings are never retained; handles are
  * opaque; memory you register stays yours: the engine reads and writes it
@@ -40,7 +46,7 @@ extern "C" {
 #endif
 
 #define MC_TE_ABI_VERSION_MAJOR 1
-#define MC_TE_ABI_VERSION_MINOR 0
+#define MC_TE_ABI_VERSION_MINOR 1
 #define MC_TE_ABI_VERSION ((uint32_t)((MC_TE_ABI_VERSION_MAJOR << 16) | MC_TE_ABI_VERSION_MINOR))
 
 /* Segment id of the engine's own segment (upstream LOCAL_SEGMENT). */
@@ -93,25 +99,41 @@ uint32_t mc_te_abi_version(void);
  * mc_te_create starts an engine and stores its handle in *out.
  *
  * metadata_conn_string: where segment descriptors are published and looked
- *   up. "http://host:port/path" or "https://..." (upstream's HTTP metadata
- *   protocol; `mooncake master` serves one at http://host:8080/metadata).
- *   "P2PHANDSHAKE", "etcd://...", bare "host:port" (etcd) and "redis://..."
- *   are recognised but not supported yet: MC_ERR_UNSUPPORTED. Anything else:
- *   MC_ERR_INVALID_ARGUMENT. Required.
+ *   up, as upstream:
+ *   - "http://host:port/path" or "https://..." (upstream's HTTP metadata
+ *     protocol; `mooncake master` serves one at http://host:8080/metadata);
+ *   - "etcd://h1:2379,h2:2379" or a bare "h1:2379" list (',' or ';'
+ *     separated): an etcd cluster (since 1.1);
+ *   - "P2PHANDSHAKE": no metadata service; each engine serves its own
+ *     descriptor on its handshake port and peers fetch it when they open
+ *     the segment, whose name is then "host:port" (since 1.1; see
+ *     local_server_name).
+ *   "redis://..." is recognised but not built: MC_ERR_UNSUPPORTED. Anything
+ *   else: MC_ERR_INVALID_ARGUMENT. Required.
  * local_server_name: this engine's segment name, unique in the cluster
- *   (peers pass it to mc_te_open_segment). Required, non-empty.
- * ip_or_host_name: host the TCP data port binds and that peers dial. NULL or
- *   "" binds every interface and publishes this host's first non-loopback
- *   IPv4 address (127.0.0.1 if it has none).
- * rpc_port: TCP port to bind, 0 for an ephemeral one; at most 65535.
+ *   (peers pass it to mc_te_open_segment). Required, non-empty. In
+ *   P2PHANDSHAKE mode it is replaced, as upstream, by
+ *   "<ip_or_host_name>:<handshake port>" (read it with
+ *   mc_te_get_local_name).
+ * ip_or_host_name: host peers dial. The TCP data port and the handshake
+ *   endpoint bind the host of $MC_TCP_BIND_ADDRESS when that is set
+ *   (upstream's variable), else ip_or_host_name when it is an IP address,
+ *   else every interface. NULL, "" or an unspecified address (0.0.0.0)
+ *   publishes this host's first non-loopback IPv4 address (127.0.0.1 if it
+ *   has none); a host name is published as given.
+ * rpc_port: TCP data port to bind, 0 for an ephemeral one; at most 65535.
+ *   The handshake endpoint always takes an ephemeral port
+ *   (mc_te_get_rpc_port).
  * auto_discover: accepted for compatibility; the TCP transport is installed
  *   whatever its value (see mc_te_install_transport).
  * out: receives the handle; required.
  *
  * The engine publishes its (still empty) segment descriptor before this
- * returns. Errors: MC_ERR_INVALID_ARGUMENT, MC_ERR_UNSUPPORTED, MC_ERR_METADATA
- * (service unreachable or failing), MC_ERR_SOCKET or MC_ERR_DNS (cannot bind).
- * No string is retained.
+ * returns (with a metadata service, also its handshake address, under the
+ * Mooncake-Go key "mooncake/mc_handshake/<name>"). Errors:
+ * MC_ERR_INVALID_ARGUMENT, MC_ERR_UNSUPPORTED, MC_ERR_METADATA (service
+ * unreachable or failing), MC_ERR_SOCKET or MC_ERR_DNS (cannot bind). No
+ * string is retained.
  */
 int mc_te_create(const char* metadata_conn_string, const char* local_server_name,
                  const char* ip_or_host_name, uint64_t rpc_port, int auto_discover,
@@ -210,6 +232,103 @@ int mc_te_get_status(mc_te_engine_t* engine, uint64_t batch, size_t task_id,
  * MC_ERR_INVALID_HANDLE (unknown or already freed batch).
  */
 int mc_te_free_batch(mc_te_engine_t* engine, uint64_t batch);
+
+/* ---- 1.1 ---------------------------------------------------------------- */
+
+/* One buffer of a segment (upstream BufferDesc's address and length). */
+typedef struct mc_te_buffer {
+  uint64_t addr;    /* virtual address in the segment owner's process */
+  uint64_t length;  /* bytes */
+} mc_te_buffer_t;
+
+/*
+ * mc_te_get_local_name fills *out (mc_buf_t, common.h; free it with
+ * mc_buf_free) with this engine's segment name, NUL-terminated (len counts
+ * the NUL): local_server_name as given, or in P2PHANDSHAKE mode the
+ * "host:port" the engine took. Errors: MC_ERR_INVALID_ARGUMENT (out NULL),
+ * MC_ERR_INVALID_HANDLE.
+ */
+int mc_te_get_local_name(mc_te_engine_t* engine, mc_buf_t* out);
+
+/*
+ * mc_te_get_rpc_port stores the port of the engine's handshake endpoint in
+ * *out_port (upstream getRpcPort: in P2PHANDSHAKE mode the port of the
+ * segment name). Errors: MC_ERR_INVALID_ARGUMENT (out_port NULL),
+ * MC_ERR_INVALID_HANDLE.
+ */
+int mc_te_get_rpc_port(mc_te_engine_t* engine, int32_t* out_port);
+
+/*
+ * mc_te_refresh_segment re-reads the descriptor of an open peer segment, so
+ * buffers it registered since mc_te_open_segment become reachable through
+ * the same id (upstream syncSegmentCache). MC_TE_LOCAL_SEGMENT: MC_OK,
+ * nothing to do. Errors: MC_ERR_NOT_FOUND (id not open, or the peer's
+ * descriptor is gone), MC_ERR_METADATA.
+ */
+int mc_te_refresh_segment(mc_te_engine_t* engine, int32_t segment_id);
+
+/*
+ * mc_te_get_segment_buffers copies the buffers of segment segment_id into
+ * out[0..capacity) and stores how many the segment has in *out_count (which
+ * may exceed capacity: call again with a larger array; out may be NULL when
+ * capacity is 0). For MC_TE_LOCAL_SEGMENT these are the engine's
+ * remote-accessible registrations, sorted by address; for a peer, the
+ * buffers of its descriptor as last read (mc_te_open_segment or
+ * mc_te_refresh_segment), in the descriptor's order. Errors:
+ * MC_ERR_INVALID_ARGUMENT (out_count NULL, or out NULL with capacity > 0),
+ * MC_ERR_NOT_FOUND (id not open).
+ */
+int mc_te_get_segment_buffers(mc_te_engine_t* engine, int32_t segment_id, mc_te_buffer_t* out,
+                              size_t capacity, size_t* out_count);
+
+/*
+ * mc_te_wait_batch waits up to timeout_ms milliseconds (0: does not wait)
+ * for every request submitted so far to batch to finish, then stores their
+ * combined state in *out (upstream getBatchTransferStatus): FAILED if any
+ * failed (mc_last_error() then names the first failed task and why, and
+ * the call still returns MC_OK), else WAITING if any is still running (the
+ * timeout passed), else COMPLETED (also for a batch with nothing
+ * submitted); transferred_bytes is the sum over the requests. The batch is
+ * not freed. Errors: MC_ERR_INVALID_HANDLE (unknown batch),
+ * MC_ERR_INVALID_ARGUMENT (out NULL).
+ */
+int mc_te_wait_batch(mc_te_engine_t* engine, uint64_t batch, uint64_t timeout_ms,
+                     mc_te_status_t* out);
+
+/*
+ * mc_te_probe checks that the engine published as segment_name is alive by
+ * exchanging a Probe frame with its handshake endpoint (upstream
+ * sendProbe). MC_OK when it answers. Errors: MC_ERR_NOT_FOUND (no such
+ * engine published, or nothing listens at its address; in P2PHANDSHAKE
+ * mode also a name that is not host:port), MC_ERR_SOCKET (unreachable),
+ * MC_ERR_REJECT_HANDSHAKE / MC_ERR_MALFORMED_JSON (it answered wrongly),
+ * MC_ERR_METADATA, MC_ERR_INVALID_ARGUMENT (segment_name NULL or empty).
+ * segment_name is not retained.
+ */
+int mc_te_probe(mc_te_engine_t* engine, const char* segment_name);
+
+/*
+ * mc_te_send_notify delivers the notification {notify_name, notify_msg}
+ * to the engine published as segment_name, which queues it for its
+ * mc_te_get_notifies (upstream's NotifyDesc, which submitTransferWithNotify
+ * sends after a transfer; here the caller sends it, typically once its
+ * transfer COMPLETED). notify_name is conventionally the sender's segment
+ * name; both may be empty (not NULL); no string is retained. Errors: as
+ * mc_te_probe; MC_ERR_REJECT_HANDSHAKE also when the receiver's queue
+ * (65536 notifications) is full.
+ */
+int mc_te_send_notify(mc_te_engine_t* engine, const char* segment_name, const char* notify_name,
+                      const char* notify_msg);
+
+/*
+ * mc_te_get_notifies fills *out (free it with mc_buf_free) with the
+ * notifications received since the last call, oldest first, and forgets
+ * them (upstream getNotifies): a JSON array of objects
+ * {"name": ..., "notify_msg": ...}, "[]" when there are none; not
+ * NUL-terminated. Errors: MC_ERR_INVALID_ARGUMENT (out NULL),
+ * MC_ERR_INVALID_HANDLE.
+ */
+int mc_te_get_notifies(mc_te_engine_t* engine, mc_buf_t* out);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 // Command mooncake is Mooncake-Go's one CLI: `mooncake master` runs the
-// pool's master, `mooncake node` contributes DRAM to a master, and
+// pool's master, `mooncake node` contributes DRAM to a master,
+// `mooncake metadata-server` runs a standalone HTTP metadata server, and
 // `mooncake replay` replays a Mooncake request trace against a pool (the
 // main job; with no flags it replays the embedded conversation trace on a
 // pool it starts in-process); `mooncake ctl` inspects and administers a
@@ -56,7 +57,7 @@ func main() {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{2, c.CommandPath() + ": " + err.Error()}
 	})
-	root.AddCommand(masterCmd(), nodeCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd())
+	root.AddCommand(masterCmd(), nodeCmd(), metadataServerCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd())
 	root.Version = version()
 	// Upstream's flags use underscores (--metadata_server), some of ours
 	// dashes (--segment-size): either spelling works for every flag.

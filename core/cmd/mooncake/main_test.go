@@ -616,3 +616,45 @@ func TestFlagSpellings(t *testing.T) {
 		}
 	}
 }
+
+// TestMetadataServer runs the standalone HTTP metadata server: keys round
+// trip through PUT/GET/DELETE, an unknown key is 404, SIGINT stops it, and
+// a taken port is one error line.
+func TestMetadataServer(t *testing.T) {
+	d, ready := startDaemon(t, "metadata-server", "--host", "127.0.0.1", "--port", "0")
+	m := regexp.MustCompile(`serving (http://127\.0\.0\.1:\d+/metadata)$`).FindStringSubmatch(ready)
+	if m == nil {
+		t.Fatalf("ready line %q names no URL", ready)
+	}
+	url := m[1] + "?key=mooncake/ram/x"
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(`{"name":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT: %d", resp.StatusCode)
+	}
+	if code, body := httpGet(t, url); code != http.StatusOK || body != `{"name":"x"}` {
+		t.Fatalf("GET: %d %q", code, body)
+	}
+	if code, _ := httpGet(t, m[1]+"?key=nothing"); code != http.StatusNotFound {
+		t.Fatalf("GET unknown key: %d, want 404", code)
+	}
+	port := regexp.MustCompile(`:(\d+)/metadata$`).FindStringSubmatch(m[1])[1]
+	r := mooncake(t, 30*time.Second, "metadata-server", "--host", "127.0.0.1", "--port", port)
+	if r.code != 1 {
+		t.Errorf("second server on port %s: exit %d, want 1", port, r.code)
+	}
+	if line := oneLine(t, r.stderr); !strings.Contains(line, port) {
+		t.Errorf("stderr %q does not name port %s", line, port)
+	}
+	d.stop(t)
+	if r := mooncake(t, 30*time.Second, "metadata-server", "--port", "70000"); r.code != 2 {
+		t.Errorf("--port 70000: exit %d, want 2", r.code)
+	}
+}

@@ -120,6 +120,7 @@ func RunBackend(t *testing.T, newBackend func(t testing.TB) Backend, nt NewTrans
 	t.Run("BatchErrors", func(t *testing.T) { testBatchErrors(t, pair(t)) })
 	t.Run("OpenSegmentErrors", func(t *testing.T) { testOpenErrors(t, pair(t)) })
 	t.Run("LocalSegment", func(t *testing.T) { testLocal(t, pair(t)) })
+	t.Run("SegmentDesc", func(t *testing.T) { testSegmentDesc(t, pair(t)) })
 	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, pair(t)) })
 	t.Run("ScatterGather", func(t *testing.T) { testScatterGather(t, pair(t)) })
 	t.Run("ScatterGatherRejected", func(t *testing.T) { testScatterGatherRejected(t, pair(t)) })
@@ -292,6 +293,38 @@ func testLocal(t *testing.T, p *Pair) {
 	if !bytes.Equal(a[:1000], a[10000:11000]) {
 		t.Fatal("local write did not copy")
 	}
+}
+
+// testSegmentDesc checks that a's view of b's descriptor lists b's region,
+// does not see a region b registers later until RefreshSegment, and is
+// gone once the segment is closed.
+func testSegmentDesc(t *testing.T, p *Pair) {
+	d, err := p.A.SegmentDesc(p.BHandle)
+	require.NoError(t, err)
+	require.Len(t, d.Buffers, 1)
+	assert.Equal(t, p.RB.Addr(), d.Buffers[0].Addr)
+	assert.Equal(t, uint64(p.RB.Len()), d.Buffers[0].Length)
+	extra, err := memory.Map(4096)
+	require.NoError(t, err)
+	t.Cleanup(func() { extra.Close() })
+	require.NoError(t, p.B.RegisterLocalMemory(p.Background, extra.Bytes(), "cpu:0", true))
+	t.Cleanup(func() { _ = p.B.UnregisterLocalMemory(context.Background(), extra.Addr()) })
+	d, err = p.A.SegmentDesc(p.BHandle)
+	require.NoError(t, err)
+	assert.Len(t, d.Buffers, 1, "descriptor changed without a refresh")
+	require.NoError(t, p.A.RefreshSegment(p.Background, p.BHandle))
+	d, err = p.A.SegmentDesc(p.BHandle)
+	require.NoError(t, err)
+	var addrs []uint64
+	for _, b := range d.Buffers {
+		addrs = append(addrs, b.Addr)
+	}
+	assert.ElementsMatch(t, []uint64{p.RB.Addr(), extra.Addr()}, addrs)
+	_, err = p.A.SegmentDesc(transfer.LocalSegment)
+	assert.ErrorIs(t, err, transfer.ErrSegmentNotFound)
+	require.NoError(t, p.A.CloseSegment(p.BHandle))
+	_, err = p.A.SegmentDesc(p.BHandle)
+	assert.ErrorIs(t, err, transfer.ErrSegmentNotFound)
 }
 
 func testPeerGone(t *testing.T, p *Pair) {

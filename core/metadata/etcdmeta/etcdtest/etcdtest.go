@@ -122,3 +122,31 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Serve starts an embedded server keeping its data under dir and waits
+// until it is ready (ReadyTimeout), for test helpers outside `go test` (the
+// Python tests start one through integration-tests/cmd/embedded-etcd). It
+// returns the client endpoint "127.0.0.1:<port>" and a function that stops
+// the server. Errors: the server failed to start (after startAttempts
+// tries with fresh ports) or to become ready.
+func Serve(dir string) (endpoint string, stop func(), err error) {
+	var lastErr error
+	for attempt := range startAttempts {
+		e, ep, err := start(filepath.Join(dir, "etcd"+strconv.Itoa(attempt)))
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		select {
+		case <-e.Server.ReadyNotify():
+			return ep, e.Close, nil
+		case err := <-e.Err():
+			e.Close()
+			return "", nil, fmt.Errorf("etcdtest: embedded etcd failed before ready: %w", err)
+		case <-time.After(ReadyTimeout):
+			e.Close()
+			return "", nil, fmt.Errorf("etcdtest: embedded etcd not ready within %v", ReadyTimeout)
+		}
+	}
+	return "", nil, fmt.Errorf("etcdtest: starting embedded etcd (%d attempts): %w", startAttempts, lastErr)
+}
