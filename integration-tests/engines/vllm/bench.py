@@ -113,6 +113,8 @@ def main():
     ap.add_argument("--bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND of the instances (one runs at a time; default both cores)")
     ap.add_argument("--idle-wait-ms", type=float, default=None,
                     help="mc_idle_wait_ms of the connector (default: the connector's, 5; 0 lets vLLM's empty steps spin)")
+    ap.add_argument("--executor", choices=["mp", "uni"], default="mp",
+                    help="vLLM's distributed_executor_backend: mp (vLLM's default here: the worker in its own process) or uni (in the engine core's process)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -125,7 +127,8 @@ def main():
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
     pool_bytes = kv_per_token * a.prompt_tokens * (2 * a.repeats + 2)  # saved + fresh prompts + one raw round
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "1000"])
-    engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64)
+    engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
+                  distributed_executor_backend=a.executor)
     env = {"VLLM_CPU_KVCACHE_SPACE": str(max(2, -(-kv_per_token * a.prompt_tokens * (2 * a.repeats + 2) // (1 << 30)))),
            "VLLM_CPU_OMP_THREADS_BIND": a.bind}
     extra = store_config(pool, cache_prefix="bench")
@@ -137,7 +140,7 @@ def main():
     saved = [prompt(1000 + i, a.prompt_tokens) for i in range(a.repeats)]
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
-           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms}
+           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor}
     blocks_per_prompt = a.prompt_tokens // 32
 
     def flush(d):
@@ -225,7 +228,7 @@ def main():
         print(json.dumps(out, indent=1))
         return
     print(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {kv_per_token} KV bytes/token; "
-          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
+          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; executor {a.executor}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
     print(f"TTFT recompute (miss)  median {out['ttft_recompute_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in recompute]}")
     print(f"TTFT pool hit          median {out['ttft_hit_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in hit]}")
     print(f"TTFT speed-up          {out['ttft_speedup']:.1f} x   (external hit tokens {out['external_hit_tokens']})")
