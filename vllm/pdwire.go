@@ -81,6 +81,9 @@ func (a *pdProducer) Finished() []string {
 
 func (a *pdProducer) Close() error { return a.p.Close() }
 
+// News is pd.Producer's (Worker.WaitIdle waits on it).
+func (a *pdProducer) News() <-chan struct{} { return a.p.News() }
+
 // pdConsumer adapts pd.Consumer: a Recv refused (an empty or pending
 // transfer id, a closed consumer) is reported finished at once with every
 // block failed, so the request never waits forever.
@@ -91,6 +94,9 @@ type pdConsumer struct {
 	failed map[string][]int
 	errs   map[string]error // why each failed transfer failed, until TakeErrors
 }
+
+// News is pd.Consumer's (Worker.WaitIdle waits on it).
+func (a *pdConsumer) News() <-chan struct{} { return a.c.News() }
 
 func (a *pdConsumer) Recv(id, bootstrap, engine string, blocks []int) {
 	if err := a.c.Recv(id, bootstrap, engine, blocks); err != nil {

@@ -708,19 +708,54 @@ func (w *Worker) GetFinished() (Finished, error) {
 // WaitIdle is called by the shim in get_finished of a step that schedules
 // no tokens (the scheduler marks its metadata idle): it waits, at most
 // Settings.IdleWait, until one of the store-mode loads or saves in flight
-// has something to report, so that vLLM's empty steps (it keeps stepping
-// while finished requests' blocks are held for their saves, or requests
-// wait for async loads) sleep instead of taking the CPU the transfers
-// need. It returns at once when nothing is in flight, in P/D mode, and
-// after Close; it reports whether something is to report.
+// has something to report, or (pd mode) a P/D send or receive of this
+// worker ends, so that vLLM's empty steps (it keeps stepping while
+// finished requests' blocks are held for their saves or sends, or
+// requests wait for async loads or pushed KV) sleep instead of taking the
+// CPU the transfers need. It returns at once when nothing is in flight and
+// after Close; it reports whether something is to report (in pd mode:
+// whether a transfer ended).
 func (w *Worker) WaitIdle() bool {
 	w.mu.Lock()
-	rt, closed := w.rt, w.closed
+	rt, prod, cons, closed := w.rt, w.prod, w.cons, w.closed
+	pdBusy := len(w.sendReq)+len(w.recvReq) > 0
 	w.mu.Unlock()
-	if rt == nil || closed || w.s.IdleWait <= 0 {
+	if closed || w.s.IdleWait <= 0 {
 		return false
 	}
-	return rt.WaitReport(context.Background(), w.s.IdleWait)
+	if rt != nil {
+		return rt.WaitReport(context.Background(), w.s.IdleWait)
+	}
+	if !pdBusy {
+		return false
+	}
+	var pn, cn <-chan struct{}
+	if n, ok := prod.(newsSource); ok {
+		pn = n.News()
+	}
+	if n, ok := cons.(newsSource); ok {
+		cn = n.News()
+	}
+	if pn == nil && cn == nil {
+		return false
+	}
+	t := time.NewTimer(w.s.IdleWait)
+	defer t.Stop()
+	select {
+	case <-pn:
+	case <-cn:
+	case <-t.C:
+		return false
+	}
+	// The token was taken: Finished is drained by GetFinished right after,
+	// and a later ending sends a new token.
+	return true
+}
+
+// newsSource is what a P/D half may add: a channel that gets a token
+// each time one of its transfers ends (vllm/pd's Producer and Consumer).
+type newsSource interface {
+	News() <-chan struct{}
 }
 
 // TakeStats returns the counters since the previous call and resets them.

@@ -164,3 +164,37 @@ func TestNewWorkerPD(t *testing.T) {
 		t.Errorf("bad settings: err = %v, want ErrBadConfig", err)
 	}
 }
+
+// TestWorkerPDWaitIdle: an idle step of a P/D worker with a transfer in
+// flight waits for it to end (the consumer's receive, the producer's
+// send), and returns at once with nothing in flight.
+func TestWorkerPDWaitIdle(t *testing.T) {
+	extra := map[string]any{"mc_idle_wait_ms": 1000}
+	prod, _ := pdWorker(t, KVProducer, "prefill-w", extra, 90)
+	cons, _ := pdWorker(t, KVConsumer, "decode-w", map[string]any{"mc_idle_wait_ms": 1000}, 91)
+	ctx := testContext(t)
+	assert.False(t, prod.WaitIdle(), "producer: nothing in flight")
+	assert.False(t, cons.WaitIdle(), "consumer: nothing in flight")
+
+	require.NoError(t, prod.StartLoad(ctx, metaJSON(t, Meta{Sends: []Send{{ReqID: "req-p", TransferID: "xw", BlockIDs: []int{1, 2}}}})))
+	require.NoError(t, cons.StartLoad(ctx, metaJSON(t, Meta{Recvs: []Recv{{ReqID: "req-c", TransferID: "xw", BootstrapAddr: bootstrapOf(t, prod), EngineID: "prefill-w", BlockIDs: []int{5, 6}}}})))
+	for _, side := range []struct {
+		w  *Worker
+		id string
+		in func(Finished) []string
+	}{{cons, "req-c", func(f Finished) []string { return f.Recving }}, {prod, "req-p", func(f Finished) []string { return f.Sending }}} {
+		var got []string
+		woke := false
+		deadline := time.Now().Add(testTimeout)
+		for !slices.Contains(got, side.id) {
+			require.True(t, time.Now().Before(deadline), "%s never reported", side.id)
+			woke = side.w.WaitIdle() || woke // bounded by 1 s; wakes when the transfer ends
+			f, err := side.w.GetFinished()
+			require.NoError(t, err)
+			require.Empty(t, f.FailedBlocks)
+			got = append(got, side.in(f)...)
+		}
+		assert.True(t, woke, "%s: WaitIdle never saw the transfer end", side.id)
+		assert.False(t, side.w.WaitIdle(), "%s: nothing left in flight", side.id)
+	}
+}

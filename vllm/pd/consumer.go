@@ -55,6 +55,7 @@ type Consumer struct {
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // Recv goroutines
+	news   chan struct{}  // a token (never blocking) per ended Recv
 
 	mu struct {
 		sync.Mutex
@@ -77,7 +78,7 @@ func NewConsumer(ctx context.Context, cfg Config) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, w: w, hc: &http.Client{Timeout: cfg.BootstrapTimeout}}
+	c := &Consumer{cfg: cfg, w: w, hc: &http.Client{Timeout: cfg.BootstrapTimeout}, news: make(chan struct{}, 1)}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.pending = map[string]struct{}{}
 	c.mu.peers = map[string]*peerEntry{}
@@ -145,7 +146,16 @@ func (c *Consumer) finish(id string, blocks []int, err error) {
 	delete(c.mu.pending, id)
 	c.mu.results = append(c.mu.results, r)
 	c.mu.Unlock()
+	select {
+	case c.news <- struct{}{}:
+	default:
+	}
 }
+
+// News gets a token (it never blocks the consumer) each time a Recv ends,
+// so that an idle engine step can wait for Finished to have something
+// instead of polling it.
+func (c *Consumer) News() <-chan struct{} { return c.news }
 
 // Pending returns how many Recvs were started and have not ended yet.
 func (c *Consumer) Pending() int {

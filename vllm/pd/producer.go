@@ -76,6 +76,7 @@ type Producer struct {
 	ctx      context.Context  // cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // accept loop and connection handlers
+	news     chan struct{}  // a token (never blocking) per finished transfer
 
 	mu struct {
 		sync.Mutex
@@ -107,7 +108,7 @@ func NewProducer(ctx context.Context, cfg Config) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Producer{cfg: cfg}
+	p := &Producer{cfg: cfg, news: make(chan struct{}, 1)}
 	p.mu.xfers = map[string]*xfer{}
 	p.mu.tombs = map[string]tomb{}
 	p.mu.conns = map[net.Conn]struct{}{}
@@ -263,7 +264,16 @@ func (p *Producer) finishLocked(id, reason string) {
 	delete(p.mu.xfers, id)
 	p.tombLocked(id, reason)
 	p.mu.finished = append(p.mu.finished, id)
+	select {
+	case p.news <- struct{}{}:
+	default:
+	}
 }
+
+// News gets a token (it never blocks the producer) each time a transfer
+// finishes, so that an idle engine step can wait for Finished to have
+// something instead of polling it.
+func (p *Producer) News() <-chan struct{} { return p.news }
 
 func (p *Producer) tombLocked(id, reason string) {
 	t := tomb{id: id, reason: reason, at: time.Now()}

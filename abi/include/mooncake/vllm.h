@@ -171,12 +171,13 @@ int mc_vllm_wait_for_save(mc_vllm_connector_t* c);
 /* mc_vllm_wait_idle (since 1.2), worker side: called in get_finished of a
  * step that schedules no tokens; waits at most mc_idle_wait_ms (default 5)
  * until one of the store-mode loads or saves in flight has something for
- * mc_vllm_get_finished to report, so that the empty steps vLLM runs while
- * finished requests' blocks are held for their saves (or requests wait for
- * async loads) sleep instead of spinning on the CPU the transfers need.
- * Returns at once when nothing is in flight, in pd mode, or with
- * mc_idle_wait_ms 0. Returns 1 when something is to report, 0 when not,
- * a negative MC_ERR_* code on a bad handle. */
+ * mc_vllm_get_finished to report, or (pd mode) a P/D send or receive ends,
+ * so that the empty steps vLLM runs while finished requests' blocks are
+ * held for saves or sends (or requests wait for async loads or pushed KV)
+ * sleep instead of spinning on the CPU the transfers need. Returns at
+ * once when nothing is in flight or with mc_idle_wait_ms 0. Returns 1 when
+ * something is to report, 0 when not, a negative MC_ERR_* code on a bad
+ * handle. */
 int mc_vllm_wait_idle(mc_vllm_connector_t* c);
 
 /* mc_vllm_get_finished is get_finished plus get_block_ids_with_load_errors:
