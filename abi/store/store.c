@@ -6,6 +6,7 @@
 // the header's prototypes.
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "mooncake/store.h"
 #include "_cgo_export.h"
@@ -140,4 +141,83 @@ int mc_store_get_size(mc_store_t* store, const char* key, uint64_t* out_size) {
 
 int mc_store_get_size_n(mc_store_t* store, const char* key, size_t key_len, uint64_t* out_size) {
   return mcgo_store_get_size(handle_of(store), (char*)key, BYLEN(key_len), out_size);
+}
+
+/* ---- 1.2: keys by pointer and length ---- */
+
+int mc_store_batch_put(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                       const void* const* values, const size_t* sizes, size_t n,
+                       const mc_store_replicate_config_t* config, int32_t* out_codes) {
+  return mcgo_store_batch_put(handle_of(store), (char**)keys, (size_t*)key_lens, (uintptr_t*)values,
+                              (size_t*)sizes, n, (mc_store_replicate_config_t*)config, out_codes);
+}
+
+int mc_store_put_parts(mc_store_t* store, const char* key, size_t key_len, const void* const* parts,
+                       const size_t* sizes, size_t n_parts, const mc_store_replicate_config_t* config) {
+  return mcgo_store_put_parts(handle_of(store), (char*)key, key_len, (uintptr_t*)parts, (size_t*)sizes,
+                              n_parts, (mc_store_replicate_config_t*)config);
+}
+
+int mc_store_batch_put_from_config(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                   void* const* ptrs, const size_t* sizes, size_t n,
+                                   const mc_store_replicate_config_t* config, int32_t* out_codes) {
+  return mcgo_store_batch_put_from_config(handle_of(store), (char**)keys, (size_t*)key_lens, (uintptr_t*)ptrs,
+                                          (size_t*)sizes, n, (mc_store_replicate_config_t*)config, out_codes);
+}
+
+int mc_store_batch_put_from_parts(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                  void* const* part_ptrs, const size_t* part_sizes,
+                                  const size_t* part_counts, size_t n,
+                                  const mc_store_replicate_config_t* config, int32_t* out_codes) {
+  return mcgo_store_batch_put_from_parts(handle_of(store), (char**)keys, (size_t*)key_lens, (uintptr_t*)part_ptrs,
+                                         (size_t*)part_sizes, (size_t*)part_counts, n,
+                                         (mc_store_replicate_config_t*)config, out_codes);
+}
+
+int mc_store_batch_get_into_parts(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                  void* const* part_ptrs, const size_t* part_sizes,
+                                  const size_t* part_counts, size_t n, int64_t* out_results) {
+  return mcgo_store_batch_get_into_parts(handle_of(store), (char**)keys, (size_t*)key_lens, (uintptr_t*)part_ptrs,
+                                         (size_t*)part_sizes, (size_t*)part_counts, n, out_results);
+}
+
+int mc_store_batch_get(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                       mc_buf_t* out_bufs, int64_t* out_results) {
+  return mcgo_store_batch_get(handle_of(store), (char**)keys, (size_t*)key_lens, n, out_bufs, out_results);
+}
+
+int mc_store_batch_get_ranges(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* dsts, const uint64_t* src_offsets, const size_t* sizes,
+                              size_t n, int64_t* out_results) {
+  return mcgo_store_batch_get_ranges(handle_of(store), (char**)keys, (size_t*)key_lens, (uintptr_t*)dsts,
+                                     (uint64_t*)src_offsets, (size_t*)sizes, n, out_results);
+}
+
+int mc_store_batch_remove(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                          int force, int32_t* out_codes) {
+  return mcgo_store_batch_remove(handle_of(store), (char**)keys, (size_t*)key_lens, n, force, out_codes);
+}
+
+int mc_store_remove_by_regex(mc_store_t* store, const char* regex, int force, int64_t* out_count) {
+  return mcgo_store_remove_by_regex(handle_of(store), (char*)regex, force, out_count);
+}
+
+int mc_store_remove_all(mc_store_t* store, int force, int64_t* out_count) {
+  return mcgo_store_remove_all(handle_of(store), force, out_count);
+}
+
+int mc_store_get_replica_desc(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                              mc_buf_t* out) {
+  return mcgo_store_get_replica_desc(handle_of(store), (char**)keys, (size_t*)key_lens, n, out);
+}
+
+int mc_store_health_check(mc_store_t* store) { return mcgo_store_health_check(handle_of(store)); }
+
+/* Internal (not exported by the version script): a library-owned buffer
+ * for mc_buf_t out parameters, released by the caller with mc_buf_free.
+ * Returns its address, or 0 when malloc failed (b is then {NULL, 0}). */
+uintptr_t mcgo_store_buf_alloc(mc_buf_t* b, size_t n) {
+  b->data = malloc(n > 0 ? n : 1);
+  b->len = b->data != NULL ? n : 0;
+  return (uintptr_t)b->data;
 }

@@ -121,17 +121,6 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 	return poolclient.BindHost(host, cbridge.Environ()), port, publish, nil
 }
 
-// freePort asks the kernel for a free TCP port on host (the listener is
-// closed again; the engine binds the port a moment later).
-func freePort(host string) (int, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, fmt.Errorf("pick a port on %s: %w", host, err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // openMetadata connects to metadata_server (metaopen.Open); etcd failures
 // carry MC_ERR_METADATA.
 func openMetadata(ctx context.Context, conn, bindHost, publish string) (meta metadata.Store, closer io.Closer, name string, err error) {
@@ -188,7 +177,7 @@ func newStore(a setupArgs) (s *storeClient, err error) {
 		}
 	}()
 	if port == 0 {
-		if port, err = freePort(bindHost); err != nil {
+		if port, err = pickPort(bindHost); err != nil {
 			return nil, err
 		}
 	}
@@ -197,14 +186,19 @@ func newStore(a setupArgs) (s *storeClient, err error) {
 	}
 	s.name = name
 	cfg := tcp.Config{BindAddr: net.JoinHostPort(bindHost, strconv.Itoa(port)), Host: publish}
+	// Same-host peers (a mooncake node, another client's segment) over
+	// shared memory, the rest over tcp, as connectors/poolclient; only tcp
+	// with upstream's MC_FORCE_TCP.
+	var local transfer.Transport
+	if !forceTCP(cbridge.Environ()) {
+		local = shm.New(shm.Config{})
+	}
 	s.c, err = client.New(ctx, client.Config{
-		LocalHostname: name,
-		MasterAddr:    a.MasterAddr,
-		Metadata:      cbridge.MetaStore{Inner: meta},
-		Transport:     tcp.New(cfg),
-		// Same-host peers (a mooncake node, another client's segment) over
-		// shared memory, the rest over tcp, as connectors/poolclient.
-		Local:             shm.New(shm.Config{}),
+		LocalHostname:     name,
+		MasterAddr:        a.MasterAddr,
+		Metadata:          cbridge.MetaStore{Inner: meta},
+		Transport:         tcp.New(cfg),
+		Local:             local,
 		GlobalSegmentSize: a.GlobalSegmentSize,
 		LocalBufferSize:   a.LocalBufferSize,
 	})

@@ -362,7 +362,7 @@ func TestEtcdMetadata(t *testing.T) {
 }
 
 func TestABIVersion(t *testing.T) {
-	if storeABIVersion != 1<<16|1 {
-		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.1 (1.1: the _n functions)", storeABIVersion)
+	if storeABIVersion != 1<<16|2 {
+		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.2 (1.1: the _n functions; 1.2: the mooncake.store calls)", storeABIVersion)
 	}
 }

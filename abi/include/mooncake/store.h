@@ -45,6 +45,15 @@
  * putting an existing key succeeds and changes nothing (upstream's
  * OBJECT_ALREADY_EXISTS is a no-op success); remove it first to replace it.
  *
+ * History: 1.0 the functions up to mc_store_get_size; 1.1 the _n
+ * functions (keys by pointer and length); 1.2 (for the upstream-compatible
+ * Python module mooncake.store) replication settings
+ * per put (mc_store_replicate_config_t), copying batch puts and gets,
+ * put_parts, multi-buffer (scatter/gather) zero-copy batches, ranged reads,
+ * batch and bulk removal, replica descriptors, the health check, and a
+ * client port in [MC_STORE_CLIENT_MIN_PORT, MC_STORE_CLIENT_MAX_PORT] when
+ * local_hostname names none.
+ *
  * Memory: the zero-copy functions require every [ptr, ptr+size) to lie
  * inside one buffer registered on the same handle with
  * mc_store_register_buffer (else MC_ERR_ADDRESS_NOT_REGISTERED, with no
@@ -64,7 +73,7 @@ extern "C" {
 #endif
 
 #define MC_STORE_ABI_VERSION_MAJOR 1
-#define MC_STORE_ABI_VERSION_MINOR 1 /* 1: the _n functions (keys by pointer and length) */
+#define MC_STORE_ABI_VERSION_MINOR 2 /* 1: the _n functions (keys by pointer and length); 2: mooncake.store calls */
 #define MC_STORE_ABI_VERSION ((uint32_t)((MC_STORE_ABI_VERSION_MAJOR << 16) | MC_STORE_ABI_VERSION_MINOR))
 
 /* Longest key accepted, in bytes (the master's limit). */
@@ -130,7 +139,10 @@ uint32_t mc_store_abi_version(void);
  *   non-empty. The client's transfer engine listens on that host (on every
  *   interface when host is not an IP address, publishing host for peers to
  *   dial; MC_TCP_BIND_ADDRESS, when set, overrides the listen address) and
- *   on port, or on a free port when none is given. Its segment name (unique
+ *   on port, or, when none is given (since 1.2), on a free port picked at
+ *   random in [$MC_STORE_CLIENT_MIN_PORT, $MC_STORE_CLIENT_MAX_PORT]
+ *   (default 12300..14300, upstream's range and variables; before 1.2 any
+ *   free port). Its segment name (unique
  *   in the cluster) is "host:port" with the port it listens on, as upstream
  *   appends a port to a bare host; mc_store_get_hostname returns it.
  * metadata_server: where transfer-engine segment descriptors live:
@@ -147,7 +159,9 @@ uint32_t mc_store_abi_version(void);
  *   used by the copying mc_store_put / mc_store_get (a value larger than it
  *   cannot be copied in or out: MC_STORE_ERR_BUFFER_OVERFLOW); 0 = only the
  *   zero-copy functions work.
- * protocol: "tcp" (the only transport built; NULL or "" also mean tcp).
+ * protocol: "tcp" (the only transport built; NULL or "" also mean tcp;
+ *   peers on the same host are reached over shared memory, unless
+ *   MC_FORCE_TCP (upstream's variable) is "true"/"1"/"yes"/"on").
  *   "rdma" and others: MC_ERR_UNSUPPORTED.
  * device_name: RDMA device list; ignored for tcp; may be NULL.
  * master_server_addr: the master's RPC address, "host:port"; required.
@@ -315,6 +329,187 @@ int mc_store_batch_is_exist_n(mc_store_t* store, const char* const* keys, const 
                               int32_t* out);
 int mc_store_remove_n(mc_store_t* store, const char* key, size_t key_len, int force);
 int mc_store_get_size_n(mc_store_t* store, const char* key, size_t key_len, uint64_t* out_size);
+
+/*
+ * ---- ABI 1.2: the calls of upstream's Python MooncakeDistributedStore ----
+ *
+ * Every function below takes keys by pointer and length, as the _n
+ * functions (keys[i][0..key_lens[i]), any bytes; key_lens NULL with n > 0
+ * fails the call with MC_ERR_INVALID_ARGUMENT; a bad key fails its
+ * position alone).
+ */
+
+/*
+ * Replication settings of a put (upstream ReplicateConfig). Every put
+ * function of 1.2 takes a const pointer to one; NULL means all defaults
+ * (one replica, no pins, no preferred segment). Read during the call only.
+ *
+ * replica_num: replicas wanted, on distinct segments; 0 = the client's
+ *   default (1). The master places fewer when fewer segments have room,
+ *   and the put still succeeds (upstream does the same).
+ * with_hard_pin: non-zero = never evicted; removed only by a forced remove
+ *   or by remove_all.
+ * with_soft_pin: non-zero = soft-pinned (upstream SoftPinAction.ENABLE):
+ *   evicted only when nothing else can go, while read within the master's
+ *   soft-pin TTL (`mooncake master --default_kv_soft_pin_ttl`); there is no
+ *   per-object TTL.
+ * preferred_segments / n_preferred_segments: segment names tried first, in
+ *   order (NULL with 0 = none); placement falls back to the master's
+ *   strategy when none of them has room. Each entry must be a non-NULL
+ *   NUL-terminated string.
+ */
+typedef struct mc_store_replicate_config {
+  uint32_t replica_num;
+  int32_t with_hard_pin;
+  int32_t with_soft_pin;
+  const char* const* preferred_segments;
+  size_t n_preferred_segments;
+} mc_store_replicate_config_t;
+
+/*
+ * mc_store_batch_put stores a copy of each values[i][0..sizes[i]) (any
+ * readable memory) under keys[i] (upstream put_batch; n == 1 is put with a
+ * config), staging each value through the local buffer. out_codes[i] is
+ * MC_OK or the key's code: MC_STORE_ERR_BUFFER_OVERFLOW (the value does
+ * not fit the local buffer's free space now), MC_STORE_ERR_INVALID_PARAMS
+ * (zero size), MC_STORE_ERR_NO_AVAILABLE_HANDLE, MC_STORE_ERR_TRANSFER_FAIL,
+ * key errors. An existing key keeps its value (MC_OK). Return value,
+ * mc_last_error and n == 0 as mc_store_batch_put_from.
+ */
+int mc_store_batch_put(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                       const void* const* values, const size_t* sizes, size_t n,
+                       const mc_store_replicate_config_t* config, int32_t* out_codes);
+
+/*
+ * mc_store_put_parts stores under key a copy of the concatenation of
+ * parts[i][0..sizes[i]), i < n_parts (any readable memory, in order),
+ * gathered once into the local buffer (upstream put_parts). Zero-size parts
+ * are skipped; a zero total is MC_STORE_ERR_INVALID_PARAMS. Errors
+ * otherwise as mc_store_put.
+ */
+int mc_store_put_parts(mc_store_t* store, const char* key, size_t key_len, const void* const* parts,
+                       const size_t* sizes, size_t n_parts, const mc_store_replicate_config_t* config);
+
+/*
+ * mc_store_batch_put_from_config is mc_store_batch_put_from_n with
+ * replication settings (upstream batch_put_from / put_from with a
+ * ReplicateConfig). config NULL is mc_store_batch_put_from_n.
+ */
+int mc_store_batch_put_from_config(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                   void* const* ptrs, const size_t* sizes, size_t n,
+                                   const mc_store_replicate_config_t* config, int32_t* out_codes);
+
+/*
+ * mc_store_batch_put_from_parts stores under keys[i] the concatenation of
+ * key i's parts, all in registered memory, with no gathering copy
+ * (upstream batch_put_from_multi_buffers). The parts of all keys are given
+ * flattened: key i owns part_counts[i] consecutive entries of part_ptrs and
+ * part_sizes, in order (so the arrays hold sum(part_counts) entries; they
+ * may be NULL when that sum is 0). A key whose parts are not all inside
+ * registered buffers fails alone (MC_ERR_ADDRESS_NOT_REGISTERED), and so
+ * does one with a zero total (MC_STORE_ERR_INVALID_PARAMS). out_codes,
+ * return value and n == 0 as mc_store_batch_put_from.
+ */
+int mc_store_batch_put_from_parts(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                  void* const* part_ptrs, const size_t* part_sizes,
+                                  const size_t* part_counts, size_t n,
+                                  const mc_store_replicate_config_t* config, int32_t* out_codes);
+
+/*
+ * mc_store_batch_get_into_parts reads keys[i] into key i's parts (registered
+ * memory, filled in order), with no scattering copy (upstream
+ * batch_get_into_multi_buffers); the parts are flattened as in
+ * mc_store_batch_put_from_parts. out_results[i] is the bytes read or the
+ * key's code (MC_STORE_ERR_BUFFER_OVERFLOW when the parts hold less than
+ * the value). Return value and n == 0 as mc_store_batch_get_into.
+ */
+int mc_store_batch_get_into_parts(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                                  void* const* part_ptrs, const size_t* part_sizes,
+                                  const size_t* part_counts, size_t n, int64_t* out_results);
+
+/*
+ * mc_store_batch_get reads a copy of each keys[i] (upstream get_batch /
+ * batch_get_buffer): the library allocates out_bufs[i] (mc_buf_t, to be
+ * released with mc_buf_free) holding the value, and sets out_results[i]
+ * to its size, or to the key's negative code with out_bufs[i] = {NULL, 0}
+ * (MC_STORE_ERR_OBJECT_NOT_FOUND, MC_STORE_ERR_BUFFER_OVERFLOW when the
+ * value does not fit the local buffer's free space now, read errors as
+ * mc_store_get). Values are staged through the local buffer. Return value
+ * and n == 0 as mc_store_batch_get_into; on an error return nothing was
+ * allocated.
+ */
+int mc_store_batch_get(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                       mc_buf_t* out_bufs, int64_t* out_results);
+
+/*
+ * mc_store_batch_get_ranges reads, for each i < n, the bytes
+ * [src_offsets[i], src_offsets[i]+sizes[i]) of keys[i]'s value into
+ * dsts[i] (registered memory; sizes[i] == 0 reads nothing and dsts[i] may
+ * then be NULL) (upstream get_into_ranges, flattened to one range per
+ * entry). Each key is looked up once however many entries name it, and
+ * only the ranged bytes move. out_results[i] is sizes[i] or the entry's
+ * code: MC_STORE_ERR_INVALID_PARAMS (the range runs past the end of the
+ * value), MC_STORE_ERR_OBJECT_NOT_FOUND, MC_ERR_ADDRESS_NOT_REGISTERED,
+ * read errors as mc_store_get_into. Return value and n == 0 as
+ * mc_store_batch_get_into.
+ */
+int mc_store_batch_get_ranges(mc_store_t* store, const char* const* keys, const size_t* key_lens,
+                              void* const* dsts, const uint64_t* src_offsets, const size_t* sizes,
+                              size_t n, int64_t* out_results);
+
+/*
+ * mc_store_batch_remove deletes each keys[i] (upstream batch_remove) and
+ * sets out_codes[i] to MC_OK or the key's code (as mc_store_remove).
+ * Return value and n == 0 as mc_store_batch_put_from.
+ */
+int mc_store_batch_remove(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                          int force, int32_t* out_codes);
+
+/*
+ * mc_store_remove_by_regex deletes every object whose key matches regex
+ * (RE2 syntax, unanchored) and stores how many in *out_count (upstream
+ * remove_by_regex). Objects being written are skipped, and leased or
+ * hard-pinned ones unless force. Errors: MC_STORE_ERR_INVALID_PARAMS (bad
+ * expression), MC_STORE_ERR_RPC_FAIL.
+ */
+int mc_store_remove_by_regex(mc_store_t* store, const char* regex, int force, int64_t* out_count);
+
+/*
+ * mc_store_remove_all deletes every complete object of the pool (leased
+ * ones only with force; hard pins do not protect) and stores how many in
+ * *out_count (upstream remove_all). Errors: MC_STORE_ERR_RPC_FAIL.
+ */
+int mc_store_remove_all(mc_store_t* store, int force, int64_t* out_count);
+
+/*
+ * mc_store_get_replica_desc describes the replicas of keys[0..n) (upstream
+ * get_replica_desc / batch_get_replica_desc) as JSON text (UTF-8, not
+ * NUL-terminated) in *out, which the caller releases with mc_buf_free: an
+ * array with one object per key, in the order of keys:
+ *
+ *   {"code": 0,
+ *    "replicas": [{"status": "COMPLETE", "kind": "memory", "size": 5,
+ *                  "segment": "host:port", "address": 140087220240394,
+ *                  "slices": [{"segment": "host:port", "address": ..., "size": 5}]}]}
+ *
+ * code is 0 or the key's negative code (then "replicas" is []). kind is
+ * "memory" or "local_disk"; address is the buffer address in the segment
+ * owner's process (0 for local_disk); slices lists the pieces of a replica
+ * striped over several segments, in value order (one slice otherwise).
+ * Like a read, a found key gets a lease. Return value and n == 0 (an empty
+ * array) as mc_store_batch_get_into.
+ */
+int mc_store_get_replica_desc(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                              mc_buf_t* out);
+
+/*
+ * mc_store_health_check asks the master whether it serves this client (a
+ * heartbeat ping; upstream health_check). MC_OK when it answered; errors:
+ * MC_STORE_ERR_RPC_FAIL / MC_STORE_ERR_RPC_TIMEOUT (unreachable), the
+ * master's status (MC_STORE_ERR_CLIENT_NOT_FOUND ...), MC_ERR_INVALID_HANDLE
+ * (closed).
+ */
+int mc_store_health_check(mc_store_t* store);
 
 #ifdef __cplusplus
 }

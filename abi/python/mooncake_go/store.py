@@ -32,6 +32,7 @@ library releases the GIL); close() waits for calls in flight.
 """
 
 import ctypes
+import json
 import threading
 
 from . import _lib
@@ -89,8 +90,122 @@ _PROTOS = {
 }
 
 
+# store.h 1.2: the calls mooncake.store needs (see _library12).
+STORE_ABI_MINOR_12 = 2
+
+
+class ReplicateConfigC(ctypes.Structure):
+    """mc_store_replicate_config_t of store.h 1.2."""
+
+    _fields_ = [
+        ("replica_num", ctypes.c_uint32),
+        ("with_hard_pin", ctypes.c_int32),
+        ("with_soft_pin", ctypes.c_int32),
+        ("preferred_segments", ctypes.POINTER(_STR)),
+        ("n_preferred_segments", _S),
+    ]
+
+
+_CFG = ctypes.POINTER(ReplicateConfigC)
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_STRP = ctypes.POINTER(_STR)
+_PP = ctypes.POINTER(_P)
+_SP = ctypes.POINTER(_S)
+_PROTOS_12 = {
+    "mc_store_batch_put": (ctypes.c_int, [_H, _STRP, _SP, _PP, _SP, _S, _CFG, _I32P]),
+    "mc_store_put_parts": (ctypes.c_int, [_H, _STR, _S, _PP, _SP, _S, _CFG]),
+    "mc_store_batch_put_from_config": (ctypes.c_int, [_H, _STRP, _SP, _PP, _SP, _S, _CFG, _I32P]),
+    "mc_store_batch_put_from_parts": (ctypes.c_int, [_H, _STRP, _SP, _PP, _SP, _SP, _S, _CFG, _I32P]),
+    "mc_store_batch_get_into_parts": (ctypes.c_int, [_H, _STRP, _SP, _PP, _SP, _SP, _S, _I64P]),
+    "mc_store_batch_get": (ctypes.c_int, [_H, _STRP, _SP, _S, ctypes.c_void_p, _I64P]),
+    "mc_store_batch_get_ranges": (ctypes.c_int, [_H, _STRP, _SP, _PP, ctypes.POINTER(ctypes.c_uint64), _SP, _S, _I64P]),
+    "mc_store_batch_remove": (ctypes.c_int, [_H, _STRP, _SP, _S, ctypes.c_int, _I32P]),
+    "mc_store_remove_by_regex": (ctypes.c_int, [_H, _STR, ctypes.c_int, _I64P]),
+    "mc_store_remove_all": (ctypes.c_int, [_H, ctypes.c_int, _I64P]),
+    "mc_store_get_replica_desc": (ctypes.c_int, [_H, _STRP, _SP, _S, ctypes.c_void_p]),
+    "mc_store_health_check": (ctypes.c_int, [_H]),
+}
+_protos12_done = False
+_protos12_lock = threading.Lock()
+
+
+class _Buf(ctypes.Structure):
+    """mc_buf_t of common.h."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("len", _S)]
+
+
 def _library():
     return _lib.require("mc_store_abi_version", STORE_ABI_MAJOR, _PROTOS, STORE_ABI_MINOR)
+
+
+def _library12():
+    """The library, checked to speak store.h 1.2 or later (the calls
+    mooncake.store needs), with those prototypes declared."""
+    global _protos12_done
+    lib = _library()
+    if _protos12_done:
+        return lib
+    with _protos12_lock:
+        if not _protos12_done:
+            v = lib.mc_store_abi_version()
+            if (v & 0xFFFF) < STORE_ABI_MINOR_12:
+                raise _lib.LibraryLoadError(
+                    f"{_lib.loaded()}: mc_store_abi_version() is {v >> 16}.{v & 0xFFFF}; this call needs "
+                    f"{STORE_ABI_MAJOR}.{STORE_ABI_MINOR_12} or later (install matching versions of mooncake_go and "
+                    "libmooncake.so, or rebuild it with `make lib`)",
+                    [_lib.loaded()],
+                    _lib.loaded(),
+                )
+            for name, (restype, argtypes) in _PROTOS_12.items():
+                f = getattr(lib, name)
+                f.restype, f.argtypes = restype, argtypes
+            _protos12_done = True
+    return lib
+
+
+class PutConfig:
+    """Replication settings of a put (store.h mc_store_replicate_config_t,
+    upstream ReplicateConfig): replica_num (0 = the client's default, 1),
+    with_hard_pin, with_soft_pin, preferred_segments (names tried first)."""
+
+    __slots__ = ("replica_num", "with_hard_pin", "with_soft_pin", "preferred_segments")
+
+    def __init__(self, replica_num=0, with_hard_pin=False, with_soft_pin=False, preferred_segments=()):
+        self.replica_num = replica_num
+        self.with_hard_pin = with_hard_pin
+        self.with_soft_pin = with_soft_pin
+        self.preferred_segments = tuple(preferred_segments)
+
+    def to_c(self):
+        """(pointer argument, keep-alive) for a const mc_store_replicate_config_t*."""
+        segs = [x.encode("utf-8") if isinstance(x, str) else bytes(x) for x in self.preferred_segments]
+        arr = (_STR * max(len(segs), 1))(*segs)
+        c = ReplicateConfigC(int(self.replica_num), 1 if self.with_hard_pin else 0, 1 if self.with_soft_pin else 0, arr if segs else None, len(segs))
+        return ctypes.byref(c), (c, arr, segs)
+
+
+def _config_arg(config):
+    if config is None:
+        return None, None
+    return config.to_c()
+
+
+def _address(value):
+    """(address, length, keep-alive) of a bytes-like value's memory: bytes
+    and writable contiguous buffers are used in place, other read-only
+    buffers copied once."""
+    if isinstance(value, bytes):
+        if not value:
+            return None, 0, value
+        return ctypes.cast(ctypes.c_char_p(value), ctypes.c_void_p).value, len(value), value
+    arg, n, keep = _readable(value)
+    if n == 0:
+        return None, 0, keep
+    if isinstance(arg, bytes):
+        return ctypes.cast(ctypes.c_char_p(arg), ctypes.c_void_p).value, n, keep
+    return ctypes.addressof(arg), n, keep
 
 
 def _key(key):
@@ -361,6 +476,208 @@ class Store:
         lib, h = self._handle()
         k = _key(key)
         self._check(lib, lib.mc_store_remove_n(h, k, len(k), 1 if force else 0), "mc_store_remove_n")
+
+    # -- store.h 1.2 ------------------------------------------------------
+
+    def _handle12(self):
+        lib, h = self._handle()
+        return _library12(), h
+
+    def batch_put(self, keys, values, config=None):
+        """Stores a copy of each values[i] (bytes-like) under keys[i],
+        staged through the local buffer, with the PutConfig given; returns
+        one code per key (0 or negative)."""
+        values = list(values)
+        addrs = [_address(v) for v in values]
+        return self.batch_put_ptrs(keys, [a for a, _, _ in addrs], [m for _, m, _ in addrs], config)
+
+    def batch_put_ptrs(self, keys, ptrs, sizes, config=None):
+        """batch_put of the ranges [ptrs[i], +sizes[i]) (any readable
+        memory, copied during the call); one code per key."""
+        lib, h = self._handle12()
+        keys, ptrs, sizes = list(keys), list(ptrs), list(sizes)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n:
+            raise error_for(ERR_INVALID_ARGUMENT, f"{n} keys, {len(ptrs)} values, {len(sizes)} sizes", "mc_store_batch_put")
+        n, k, kl, _, _ = self._arrays(keys)
+        p = (_P * max(n, 1))(*[None if x is None else int(x) for x in ptrs])
+        sz = (_S * max(n, 1))(*[int(x) for x in sizes])
+        cfg, keep = _config_arg(config)
+        out = (ctypes.c_int32 * max(n, 1))()
+        rc = lib.mc_store_batch_put(h, k, kl, p, sz, n, cfg, out)
+        del keep
+        self._check(lib, rc, "mc_store_batch_put")
+        return list(out[:n])
+
+    def put_parts(self, key, parts, config=None):
+        """Stores the concatenation of parts (bytes-like, in order) under
+        key, gathered once into the local buffer."""
+        addrs = [_address(v) for v in parts]
+        self.put_parts_ptrs(key, [a for a, _, _ in addrs], [m for _, m, _ in addrs], config)
+        del addrs
+
+    def put_parts_ptrs(self, key, ptrs, sizes, config=None):
+        """put_parts of the ranges [ptrs[i], +sizes[i]) (any readable memory)."""
+        lib, h = self._handle12()
+        ptrs, sizes = list(ptrs), list(sizes)
+        if len(ptrs) != len(sizes):
+            raise error_for(ERR_INVALID_ARGUMENT, f"{len(ptrs)} parts, {len(sizes)} sizes", "mc_store_put_parts")
+        n = len(ptrs)
+        p = (_P * max(n, 1))(*[None if x is None else int(x) for x in ptrs])
+        sz = (_S * max(n, 1))(*[int(x) for x in sizes])
+        cfg, keep = _config_arg(config)
+        kb = _key(key)
+        rc = lib.mc_store_put_parts(h, kb, len(kb), p, sz, n, cfg)
+        del keep
+        self._check(lib, rc, "mc_store_put_parts")
+
+    def get_copy_into(self, key, ptr, size):
+        """Copies key's value into [ptr, ptr+size) (any writable memory),
+        staged through the local buffer; returns the bytes read."""
+        lib, h = self._handle()
+        n = _S()
+        kb = _key(key)
+        self._check(lib, lib.mc_store_get_n(h, kb, len(kb), ptr, size, ctypes.byref(n)), "mc_store_get_n")
+        return n.value
+
+    def batch_put_from_config(self, keys, ptrs, sizes, config=None):
+        """batch_put_from with a PutConfig; one code per key."""
+        lib, h = self._handle12()
+        n, k, kl, p, s = self._arrays(keys, ptrs, sizes)
+        cfg, keep = _config_arg(config)
+        out = (ctypes.c_int32 * max(n, 1))()
+        rc = lib.mc_store_batch_put_from_config(h, k, kl, p, s, n, cfg, out)
+        del keep
+        self._check(lib, rc, "mc_store_batch_put_from_config")
+        return list(out[:n])
+
+    @staticmethod
+    def _parts_arrays(keys, all_ptrs, all_sizes):
+        keys, all_ptrs, all_sizes = list(keys), list(all_ptrs), list(all_sizes)
+        n = len(keys)
+        if len(all_ptrs) != n or len(all_sizes) != n:
+            raise error_for(ERR_INVALID_ARGUMENT, f"{n} keys, {len(all_ptrs)} pointer lists, {len(all_sizes)} size lists")
+        counts, flat_p, flat_s = [], [], []
+        for ps, ss in zip(all_ptrs, all_sizes):
+            ps, ss = list(ps), list(ss)
+            if len(ps) != len(ss):
+                raise error_for(ERR_INVALID_ARGUMENT, f"a key has {len(ps)} pointers and {len(ss)} sizes")
+            counts.append(len(ps))
+            flat_p.extend(int(x) for x in ps)
+            flat_s.extend(int(x) for x in ss)
+        kb = [_key(x) for x in keys]
+        k = (_STR * max(n, 1))(*kb)
+        kl = (_S * max(n, 1))(*[len(x) for x in kb])
+        c = (_S * max(n, 1))(*counts)
+        p = (_P * max(len(flat_p), 1))(*flat_p)
+        s = (_S * max(len(flat_s), 1))(*flat_s)
+        return n, k, kl, p, s, c
+
+    def batch_put_from_parts(self, keys, all_ptrs, all_sizes, config=None):
+        """Stores under keys[i] the concatenation of the registered ranges
+        (all_ptrs[i][j], all_sizes[i][j]), zero copy; one code per key."""
+        lib, h = self._handle12()
+        n, k, kl, p, s, c = self._parts_arrays(keys, all_ptrs, all_sizes)
+        cfg, keep = _config_arg(config)
+        out = (ctypes.c_int32 * max(n, 1))()
+        rc = lib.mc_store_batch_put_from_parts(h, k, kl, p, s, c, n, cfg, out)
+        del keep
+        self._check(lib, rc, "mc_store_batch_put_from_parts")
+        return list(out[:n])
+
+    def batch_get_into_parts(self, keys, all_ptrs, all_sizes):
+        """Reads keys[i] into its registered ranges, in order, zero copy;
+        per key the bytes read or a negative code."""
+        lib, h = self._handle12()
+        n, k, kl, p, s, c = self._parts_arrays(keys, all_ptrs, all_sizes)
+        out = (ctypes.c_int64 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_get_into_parts(h, k, kl, p, s, c, n, out), "mc_store_batch_get_into_parts")
+        return list(out[:n])
+
+    def batch_get(self, keys, factory=None):
+        """Per key a copy of its value, or its negative code. The copy is
+        bytes, or factory(n) (a writable buffer of n bytes, e.g.
+        bytearray) filled with the value when factory is given."""
+        lib, h = self._handle12()
+        n, k, kl, _, _ = self._arrays(keys)
+        bufs = (_Buf * max(n, 1))()
+        out = (ctypes.c_int64 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_get(h, k, kl, n, bufs, out), "mc_store_batch_get")
+        res = []
+        for i in range(n):
+            b = bufs[i]
+            if out[i] >= 0 and factory is not None:
+                v = factory(b.len)
+                if b.len:
+                    ctypes.memmove((ctypes.c_char * b.len).from_buffer(v), b.data, b.len)
+                res.append(v)
+            elif out[i] >= 0:
+                res.append(ctypes.string_at(b.data, b.len) if b.len else b"")
+            else:
+                res.append(out[i])
+            if b.data:
+                lib.mc_buf_free(ctypes.byref(b))
+        return res
+
+    def batch_get_ranges(self, keys, dsts, offsets, sizes):
+        """Reads bytes [offsets[i], +sizes[i]) of keys[i] into dsts[i]
+        (registered memory); per entry sizes[i] or a negative code."""
+        lib, h = self._handle12()
+        keys, dsts, offsets, sizes = list(keys), list(dsts), list(offsets), list(sizes)
+        n = len(keys)
+        if not (len(dsts) == len(offsets) == len(sizes) == n):
+            raise error_for(ERR_INVALID_ARGUMENT, "keys, dsts, offsets and sizes differ in length")
+        _, k, kl, _, _ = self._arrays(keys)
+        d = (_P * max(n, 1))(*[int(x) for x in dsts])
+        o = (ctypes.c_uint64 * max(n, 1))(*[int(x) for x in offsets])
+        s = (_S * max(n, 1))(*[int(x) for x in sizes])
+        out = (ctypes.c_int64 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_get_ranges(h, k, kl, d, o, s, n, out), "mc_store_batch_get_ranges")
+        return list(out[:n])
+
+    def batch_remove(self, keys, force=False):
+        """Deletes each key; one code per key."""
+        lib, h = self._handle12()
+        n, k, kl, _, _ = self._arrays(keys)
+        out = (ctypes.c_int32 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_remove(h, k, kl, n, 1 if force else 0, out), "mc_store_batch_remove")
+        return list(out[:n])
+
+    def remove_by_regex(self, regex, force=False):
+        """Deletes the objects whose key matches regex (RE2); returns how many."""
+        lib, h = self._handle12()
+        out = ctypes.c_int64()
+        expr = regex.encode("utf-8") if isinstance(regex, str) else bytes(regex)
+        if b"\0" in expr:
+            raise error_for(ERR_INVALID_ARGUMENT, "regex contains a NUL byte", "mc_store_remove_by_regex")
+        self._check(lib, lib.mc_store_remove_by_regex(h, expr, 1 if force else 0, ctypes.byref(out)), "mc_store_remove_by_regex")
+        return out.value
+
+    def remove_all(self, force=False):
+        """Deletes every complete object (leased ones with force); returns how many."""
+        lib, h = self._handle12()
+        out = ctypes.c_int64()
+        self._check(lib, lib.mc_store_remove_all(h, 1 if force else 0, ctypes.byref(out)), "mc_store_remove_all")
+        return out.value
+
+    def replica_desc(self, keys):
+        """Per key, in order, a dict {"code", "replicas": [{"status",
+        "kind", "size", "segment", "address", "slices"}]} (store.h
+        mc_store_get_replica_desc)."""
+        lib, h = self._handle12()
+        n, k, kl, _, _ = self._arrays(keys)
+        buf = _Buf()
+        self._check(lib, lib.mc_store_get_replica_desc(h, k, kl, n, ctypes.byref(buf)), "mc_store_get_replica_desc")
+        try:
+            text = ctypes.string_at(buf.data, buf.len) if buf.len else b"[]"
+        finally:
+            lib.mc_buf_free(ctypes.byref(buf))
+        return json.loads(text)
+
+    def health_check(self):
+        """Pings the master; raises when it does not answer."""
+        lib, h = self._handle12()
+        self._check(lib, lib.mc_store_health_check(h), "mc_store_health_check")
 
 
 def _code(f, *args, **kwargs):

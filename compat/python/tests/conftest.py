@@ -1,5 +1,6 @@
 """Fixtures of the tests of the upstream-compatible `mooncake` package
-(compat/python): mooncake.engine and the upstream tool names.
+(compat/python): mooncake.engine and the upstream tool names, and
+mooncake.store (test_store*.py, with a store master of their own below).
 
 libmooncake.so is $MOONCAKE_GO_LIB or build/libmooncake.so, the binary
 $MC_MOONCAKE_BIN or bin/mooncake, the etcd helper bin/embedded-etcd; `make
@@ -17,6 +18,7 @@ import time
 import types
 import urllib.error
 import urllib.request
+import uuid
 
 import pytest
 
@@ -154,3 +156,94 @@ def http_get(url):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+# -- mooncake.store (test_store*.py) ------------------------------------------
+#
+# The pool is our `mooncake master` started the way upstream's
+# scripts/run_tests.sh starts `mooncake_master`: gflags spellings
+# `--flag=value`, a 500 ms lease (--default_kv_lease_ttl=500, which the
+# lease waits rely on) and the embedded HTTP metadata server, on free
+# 127.0.0.1 ports.
+
+LEASE_MS = 500  # the store master's --default_kv_lease_ttl
+MIB = 1 << 20
+
+
+def eventually(cond, timeout=10.0, what="condition"):
+    """Polls cond() until it returns a truthy value (returned) or timeout
+    seconds pass (AssertionError naming what)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout} s (last: {v!r})")
+        time.sleep(0.02)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def store_master_proc(mooncake_bin):
+    """A store master as run_tests.sh starts upstream's; (proc, .url, .rpc)."""
+    proc, ns = master_proc(mooncake_bin, f"--default_kv_lease_ttl={LEASE_MS}", "--enable_http_metadata_server=true")
+    return proc, types.SimpleNamespace(url=ns.meta, rpc=ns.rpc)
+
+
+@pytest.fixture(scope="session")
+def master(lib, mooncake_bin):
+    """The store tests' master: .url (metadata), .rpc."""
+    proc, ns = store_master_proc(mooncake_bin)
+    try:
+        yield ns
+    finally:
+        stop(proc)
+
+
+@pytest.fixture
+def loopback_clients(monkeypatch):
+    """Store clients listen on 127.0.0.1 only (MC_TCP_BIND_ADDRESS)."""
+    monkeypatch.setenv("MC_TCP_BIND_ADDRESS", "127.0.0.1")
+
+
+@pytest.fixture
+def make_store(master, loopback_clients):
+    """make_store(global_segment_size=64 MiB, local_buffer_size=64 MiB,
+    host="127.0.0.1") -> a set-up MooncakeDistributedStore (positional
+    setup), closed at teardown."""
+    from mooncake.store import MooncakeDistributedStore
+
+    made = []
+
+    def make(global_segment_size=64 * MIB, local_buffer_size=64 * MIB, host="127.0.0.1"):
+        s = MooncakeDistributedStore()
+        rc = s.setup(host, master.url, global_segment_size, local_buffer_size, "tcp", "", master.rpc)
+        assert rc == 0, f"setup returned {rc}"
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def store(make_store):
+    """A client contributing 64 MiB with a 64 MiB local buffer."""
+    return make_store()
+
+
+def remove_after_lease(store, key, force=False):
+    """Removes key as soon as its lease (LEASE_MS) has ended (polling
+    while remove answers -706); returns remove's final code."""
+    codes = []
+
+    def attempt():
+        codes.append(store.remove(key, force))
+        return codes[-1] != -706
+
+    eventually(attempt, timeout=5 + 4 * LEASE_MS / 1000, what=f"the lease of {key} ending")
+    return codes[-1]

@@ -19,6 +19,10 @@ import (
 type PutOptions struct {
 	ReplicaNum       int    // 0 = the client's default
 	PreferredSegment string // segment name tried first
+	// PreferredSegments are segment names tried next, in order (upstream
+	// ReplicateConfig.preferred_segments); placement falls back to the
+	// strategy when none of them has room.
+	PreferredSegments []string
 	// WithSoftPin soft-pins the values (upstream with_soft_pin, 0.3.x):
 	// the master evicts them only when nothing else can go, while they are
 	// read within its soft pin TTL.
@@ -40,6 +44,7 @@ func (c *Client) replicaConfig(o *PutOptions) *pb.ReplicaConfig {
 			rc.ReplicaNum = int32(o.ReplicaNum)
 		}
 		rc.PreferredSegment = o.PreferredSegment
+		rc.PreferredSegments = o.PreferredSegments
 		rc.WithSoftPin, rc.WithHardPin = o.WithSoftPin, o.WithHardPin
 	}
 	return rc
@@ -248,12 +253,20 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	if len(keys) == 0 {
 		return n, errs
 	}
-	capOf := make([]uint64, len(keys))
-	for i, ps := range dsts {
-		capOf[i] = partsLen(ps)
-	}
 	granted := time.Now() // every lease starts no earlier than this
-	results, err := chunked(keys, "get replica list", func(lo, hi int) ([]*pb.GetReplicaListResult, error) {
+	results, err := c.replicaLists(ctx, keys)
+	if err != nil {
+		// The keys of the chunks answered are read; the rest fail.
+		fill(errs[len(results):], err)
+	}
+	return c.readReplicas(ctx, keys, results, errs, granted, dsts)
+}
+
+// replicaLists asks the master for the replica lists of keys (leases
+// granted), in chunks (chunked: on error, the lists of the chunks
+// answered come back with it).
+func (c *Client) replicaLists(ctx context.Context, keys []string) ([]*pb.GetReplicaListResult, error) {
+	return chunked(keys, "get replica list", func(lo, hi int) ([]*pb.GetReplicaListResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
@@ -262,9 +275,17 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 		}
 		return resp.Results, nil
 	})
-	if err != nil {
-		// The keys of the chunks answered are read; the rest fail.
-		fill(errs[len(results):], err)
+}
+
+// readReplicas is BatchGetIntoParts once the master answered: results[i]
+// is keys[i]'s replica list, fetched no earlier than granted (results may
+// be shorter than keys: the keys past it keep their errs). It returns the
+// bytes read per key and errs, filled in.
+func (c *Client) readReplicas(ctx context.Context, keys []string, results []*pb.GetReplicaListResult, errs []error, granted time.Time, dsts [][][]byte) ([]int, []error) {
+	n := make([]int, len(keys))
+	capOf := make([]uint64, len(keys))
+	for i, ps := range dsts {
+		capOf[i] = partsLen(ps)
 	}
 	// First attempt: replica 0 of every key (one batch); failed keys retry
 	// on their other replicas one by one.
