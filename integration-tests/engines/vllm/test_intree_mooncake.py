@@ -43,7 +43,7 @@ WORKAROUND = HERE / "cpu_device_index"
 # vLLM's ZMQ side channel and the engine's segment name take get_ip();
 # pin it so that everything but vLLM's bootstrap server (0.0.0.0, line
 # 1286) listens on 127.0.0.1.
-BASE = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_MOONCAKE_CONNECTOR_TIMEOUT": "30"}
+BASE = {"VLLM_HOST_IP": "127.0.0.1"}
 
 
 def intree_env(workaround=True, **extra):
@@ -108,7 +108,7 @@ def test_intree_pd_offline(start, baseline):
         while not concurrent.futures.wait([fut], timeout=0.05).done:
             prefill.cmd("step", n=1)
         outs = fut.result()
-    assert [o["tokens"] for o in outs] == want
+    assert [o["tokens"] for o in outs] == want, f"--- prefill ---\n{prefill.tail(30)}\n--- decode ---\n{decode.tail(30)}"
     # Every prompt token came from the prefill instance (a failed load
     # fails the request: kv_load_failure_policy "fail").
     assert [o["num_cached_tokens"] for o in outs] == [len(p) for p in PD_PROMPTS]
