@@ -206,6 +206,9 @@ func TestGRPCHandshakes(t *testing.T) {
 			resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 			if tc.ok {
 				require.NoError(t, err)
+				dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+				assert.NoError(t, tlsconfig.Diagnose(dctx, "https://"+tc.addr, tc.c.Client()))
+				dcancel()
 				assert.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.Status)
 				assert.Empty(t, tlsconfig.Hint(err, true))
 				return
@@ -216,6 +219,13 @@ func TestGRPCHandshakes(t *testing.T) {
 			if tc.c == nil || !strings.Contains(hint, "closed the connection right after the TLS handshake") {
 				assert.Contains(t, hint, tc.hint, "%v", err)
 			}
+			// Diagnose finds the same cause without gRPC.
+			dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+			derr := tlsconfig.Diagnose(dctx, tc.addr, tc.c.Client())
+			dcancel()
+			require.Error(t, derr)
+			assert.Contains(t, derr.Error(), tc.addr)
+			assert.Contains(t, tlsconfig.Hint(derr, tc.c != nil), tc.hint, "%v", derr)
 			if tc.refused {
 				select {
 				case l := <-logs:

@@ -2,6 +2,7 @@ package etcdmeta
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -49,6 +50,7 @@ type config struct {
 	requestTimeout  time.Duration
 	maxRequestBytes int
 	logger          *zap.Logger
+	tls             *tls.Config
 }
 
 // WithDialTimeout bounds the reachability probe New runs before returning
@@ -68,6 +70,15 @@ func WithRequestTimeout(d time.Duration) Option {
 // value included (default DefaultMaxRequestBytes). New rejects n <= 0.
 func WithMaxRequestBytes(n int) Option {
 	return func(c *config) { c.maxRequestBytes = n }
+}
+
+// WithTLSConfig makes the etcd client use TLS with tc (for a
+// core/tlsconfig identity, its Client()): the CA bundle of etcd's server
+// certificate and, for etcd's --client-cert-auth, a client certificate.
+// nil = plaintext (the default). Ours: upstream reads no etcd TLS
+// settings.
+func WithTLSConfig(tc *tls.Config) Option {
+	return func(c *config) { c.tls = tc }
 }
 
 // WithLogger gives the etcd client a logger (default: none, zap.NewNop). A
@@ -130,6 +141,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Store, error
 		MaxCallSendMsgSize: cfg.maxRequestBytes,
 		MaxCallRecvMsgSize: math.MaxInt32,
 		Logger:             lg,
+		TLS:                cfg.tls,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdmeta: connect to %q: %w", eps, err)

@@ -3,6 +3,7 @@ package httpmeta
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Client defaults, as upstream's HTTPStoragePlugin (CURLOPT_TIMEOUT_MS 3000,
@@ -35,6 +37,7 @@ type clientConfig struct {
 	httpClientSet  bool
 	token          string
 	maxResponse    int64
+	tls            *tls.Config
 }
 
 // WithRequestTimeout bounds each request, connect to last body byte
@@ -58,6 +61,15 @@ func WithHTTPClient(hc *http.Client) ClientOption {
 	return func(c *clientConfig) { c.httpClient, c.httpClientSet = hc, true }
 }
 
+// WithTLSConfig makes the Client's transport use tc for https:// URLs:
+// with a tlsconfig.Config's Client(), mutual TLS to a master whose
+// metadata server requires it. NewClient rejects it with a plaintext
+// http:// base URL, which would silently not use it. Ignored with
+// WithHTTPClient. Ours: upstream's client has no TLS settings of its own.
+func WithTLSConfig(tc *tls.Config) ClientOption {
+	return func(c *clientConfig) { c.tls = tc }
+}
+
 // WithBearerToken sends "Authorization: Bearer <token>" with every request,
 // as upstream does when MC_METADATA_HTTP_TOKEN is set (this package reads no
 // environment; the caller passes the token). An empty token sends nothing.
@@ -78,6 +90,7 @@ func WithMaxResponseBytes(n int64) ClientOption {
 type Client struct {
 	base        *url.URL // parsed base URL; never mutated after NewClient
 	hc          *http.Client
+	tls         *tls.Config // WithTLSConfig's; nil = none
 	transport   *http.Transport // non-nil only when the Client built hc
 	token       string
 	maxResponse int64
@@ -121,6 +134,9 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 	if cfg.maxResponse <= 0 {
 		return nil, fmt.Errorf("httpmeta: max response bytes %d must be positive", cfg.maxResponse)
 	}
+	if cfg.tls != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("httpmeta: base URL %q: %w: plaintext http:// with a TLS configuration; use https://", baseURL, metadata.ErrInvalidConnString)
+	}
 	u.ForceQuery = false
 	c := &Client{base: u, token: cfg.token, maxResponse: cfg.maxResponse}
 	if cfg.httpClientSet {
@@ -136,6 +152,7 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 	if cfg.connectTimeout <= 0 {
 		return nil, fmt.Errorf("httpmeta: connect timeout %v must be positive", cfg.connectTimeout)
 	}
+	c.tls = cfg.tls
 	dialer := &net.Dialer{Timeout: cfg.connectTimeout, KeepAlive: 30 * time.Second}
 	c.transport = &http.Transport{
 		DialContext:           dialer.DialContext,
@@ -145,6 +162,7 @@ func NewClient(baseURL string, opts ...ClientOption) (*Client, error) {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   cfg.connectTimeout,
 		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       cfg.tls,
 	}
 	c.hc = &http.Client{
 		Transport: c.transport,
@@ -285,9 +303,35 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte) (*http
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
+		if c.tls != nil && ctx.Err() == nil {
+			// net/http's TLS errors can be as bare as "http2: client conn
+			// could not be established": find out what the server said.
+			if why := c.diagnose(ctx); why != "" {
+				return nil, u, fmt.Errorf("httpmeta: %s key %q at %s: %w (%s)", op, key, u, err, why)
+			}
+		}
 		return nil, u, fmt.Errorf("httpmeta: %s key %q at %s: %w", op, key, u, err)
 	}
 	return resp, u, nil
+}
+
+// diagnose runs tlsconfig.Diagnose against the server, bounded by 2 s and
+// ctx, and returns its finding with tlsconfig.Hint's advice, or "".
+func (c *Client) diagnose(ctx context.Context) string {
+	host := c.base.Host
+	if c.base.Port() == "" {
+		host = net.JoinHostPort(c.base.Hostname(), "443")
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err := tlsconfig.Diagnose(dctx, host, c.tls)
+	if err == nil {
+		return ""
+	}
+	if h := tlsconfig.Hint(err, true); h != "" {
+		return err.Error() + "; " + h
+	}
+	return err.Error()
 }
 
 // readAllSized reads r to EOF. A known size (>= 0, already checked against

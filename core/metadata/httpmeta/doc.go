@@ -15,6 +15,10 @@
 // mooncake_master, or NewHandler) with upstream's client timeouts: 3000 ms
 // per request, 1500 ms to connect.
 //
+// With an https:// URL and WithTLSConfig, the Client speaks mutual TLS
+// to a server that requires it, as `mooncake master --tls-ca ...` does
+// (core/tlsconfig); upstream has no transport security.
+//
 // Values are opaque bytes on the wire; by convention each is one JSON
 // document. Keys travel percent-encoded in the query string exactly as
 // libcurl's curl_easy_escape encodes them (every byte except A-Z a-z 0-9 - .

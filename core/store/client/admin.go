@@ -10,6 +10,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Bulk removal, sizes and operator listing. A Client has these methods; an
@@ -375,11 +376,19 @@ type Admin struct {
 // AdminOption is an optional DialAdmin setting.
 type AdminOption func(*adminConfig)
 
-type adminConfig struct{ cluster string }
+type adminConfig = dialConfig
 
 // WithClusterID sets the HA cluster an etcd:// address follows (as
 // Config.ClusterID; default "mooncake_cluster").
 func WithClusterID(id string) AdminOption { return func(c *adminConfig) { c.cluster = id } }
+
+// WithTLS dials the master with mutual TLS (as Config.TLS); nil =
+// plaintext.
+func WithTLS(tc *tlsconfig.Config) AdminOption { return func(c *adminConfig) { c.tls = tc } }
+
+// WithEtcdTLS is the TLS identity of the etcd client that follows the
+// leader of an etcd:// address (as Config.EtcdTLS); nil = plaintext.
+func WithEtcdTLS(tc *tlsconfig.Config) AdminOption { return func(c *adminConfig) { c.etcdTLS = tc } }
 
 // DialAdmin connects to the master at addr: host:port, or
 // "etcd://h1:2379,h2:2379" to follow the leader of highly available
@@ -401,7 +410,7 @@ func DialAdmin(addr string, timeout time.Duration, opts ...AdminOption) (*Admin,
 		o(&cfg)
 	}
 	stop := make(chan struct{})
-	conn, err := dial(addr, cfg.cluster, stop)
+	conn, err := dial(addr, cfg, stop)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/disk"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -59,6 +60,17 @@ type Config struct {
 	// to follow the leader of highly available masters (leader.go);
 	// required.
 	MasterAddr string
+	// TLS, when set, dials the master with mutual TLS
+	// (tlsconfig.Config.Client: TLS 1.3, the master's certificate verified
+	// against the CA bundle, this client's certificate presented); nil =
+	// plaintext, as upstream. Metadata is opened by the caller, with the
+	// same identity (metaopen.WithTLS) when the master's metadata server
+	// uses TLS. Ours: upstream has no transport security.
+	TLS *tlsconfig.Config
+	// EtcdTLS, when set, is the TLS identity of the etcd client that
+	// follows the leader of an etcd:// MasterAddr
+	// (tlsconfig.LoadClient); nil = plaintext.
+	EtcdTLS *tlsconfig.Config
 	// ClusterID is the HA cluster an etcd:// MasterAddr follows (upstream
 	// MC_STORE_CLUSTER_ID); default "mooncake_cluster".
 	ClusterID string

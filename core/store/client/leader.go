@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"strings"
 	"time"
 
@@ -9,13 +10,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/ha"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Following the leader of highly available masters (core/store/ha).
@@ -73,19 +74,25 @@ func etcdEndpoints(addr string) ([]string, bool) {
 
 // dialMaster creates the client's master connection (dial).
 func (c *Client) dialMaster() (*grpc.ClientConn, error) {
-	return dial(c.cfg.MasterAddr, c.cfg.ClusterID, c.stop)
+	return dial(c.cfg.MasterAddr, dialConfig{cluster: c.cfg.ClusterID, tls: c.cfg.TLS, etcdTLS: c.cfg.EtcdTLS}, c.stop)
+}
+
+// dialConfig is what dial needs beyond the address.
+type dialConfig struct {
+	cluster      string            // HA cluster of an etcd:// address; "" = the default
+	tls, etcdTLS *tlsconfig.Config // mutual TLS to the master, TLS to etcd; nil = plaintext
 }
 
 // dial creates a master connection: to addr (host:port), or, for an
-// etcd:// address, to whichever master of cluster ("" = the default)
-// leads, retrying idempotent calls across a failover until their deadline
-// or until stop is closed. Errors: INVALID_PARAMS (no endpoint, bad
-// cluster id); RPC_FAIL (gRPC refused the target).
-func dial(addr, cluster string, stop <-chan struct{}) (*grpc.ClientConn, error) {
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)),
-	}
+// etcd:// address, to whichever master of cfg.cluster leads, retrying
+// idempotent calls across a failover until their deadline or until stop is
+// closed; with cfg.tls over mutual TLS (a failed call's message then says
+// what TLS problem it looks like: tlsconfig.DialOptions). Errors:
+// INVALID_PARAMS (no endpoint, bad cluster id); RPC_FAIL (gRPC refused the
+// target).
+func dial(addr string, cfg dialConfig, stop <-chan struct{}) (*grpc.ClientConn, error) {
+	opts := append(tlsconfig.DialOptions(cfg.tls), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)))
+	cluster := cfg.cluster
 	eps, ok := etcdEndpoints(addr)
 	if !ok {
 		conn, err := grpc.NewClient(addr, opts...)
@@ -103,7 +110,7 @@ func dial(addr, cluster string, stop <-chan struct{}) (*grpc.ClientConn, error) 
 	if err := ha.CheckClusterID(cluster); err != nil {
 		return nil, store.Errorf(store.InvalidParams, "%v", err)
 	}
-	b := &leaderBuilder{endpoints: eps, cluster: cluster}
+	b := &leaderBuilder{endpoints: eps, cluster: cluster, tls: cfg.etcdTLS, serverName: cfg.tls.Files().ServerName}
 	opts = append(opts, grpc.WithResolvers(b), grpc.WithChainUnaryInterceptor(retryIdempotent(stop)))
 	conn, err := grpc.NewClient(leaderScheme+":///"+cluster, opts...)
 	if err != nil {
@@ -141,6 +148,12 @@ func retryIdempotent(stop <-chan struct{}) grpc.UnaryClientInterceptor {
 type leaderBuilder struct {
 	endpoints []string
 	cluster   string
+	tls       *tlsconfig.Config // etcd's; nil = plaintext
+	// serverName is the name a TLS client verifies in the leader's
+	// certificate (tlsconfig.Files.ServerName); "" = the leader's host.
+	// It must be set per address: the channel's own authority is the
+	// cluster id.
+	serverName string
 }
 
 func (b *leaderBuilder) Scheme() string { return leaderScheme }
@@ -148,22 +161,23 @@ func (b *leaderBuilder) Scheme() string { return leaderScheme }
 // Build starts watching the master view. Each resolver owns its etcd
 // client (gRPC may rebuild the resolver when the channel leaves idle).
 func (b *leaderBuilder) Build(_ resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: b.endpoints, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: b.endpoints, Logger: zap.NewNop(), TLS: b.tls.Client()})
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &leaderResolver{cli: cli, cc: cc, cancel: cancel, done: make(chan struct{})}
+	r := &leaderResolver{cli: cli, cc: cc, cancel: cancel, done: make(chan struct{}), serverName: b.serverName}
 	go r.run(ctx, b.cluster)
 	return r, nil
 }
 
 // leaderResolver reports the current leader's address to gRPC.
 type leaderResolver struct {
-	cli    *clientv3.Client
-	cc     resolver.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{}
+	cli        *clientv3.Client
+	cc         resolver.ClientConn
+	cancel     context.CancelFunc
+	done       chan struct{}
+	serverName string // leaderBuilder.serverName
 }
 
 func (r *leaderResolver) run(ctx context.Context, cluster string) {
@@ -178,7 +192,18 @@ func (r *leaderResolver) run(ctx context.Context, cluster string) {
 			r.cc.ReportError(ha.ErrNoLeader)
 			return
 		}
-		_ = r.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr}}})
+		// The leader's certificate must name the host it advertises (as
+		// for a master dialled by host:port), unless a server name is
+		// configured.
+		name := r.serverName
+		if name == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				name = host
+			} else {
+				name = addr
+			}
+		}
+		_ = r.cc.UpdateState(resolver.State{Addresses: []resolver.Address{{Addr: addr, ServerName: name}}})
 	})
 }
 

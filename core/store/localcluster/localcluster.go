@@ -21,6 +21,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/server"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
@@ -45,14 +46,21 @@ type Options struct {
 	// PingInterval is the nodes' heartbeat period (client.Config
 	// PingInterval); default the client's (1 s).
 	PingInterval time.Duration
+	// TLS, when set, runs the pool with mutual TLS: the master's
+	// listeners require it (server.ProcessConfig.TLS) and the nodes, and
+	// clients from NewClient that name no TLS of their own, use it as
+	// their identity, for the master and for the metadata server. The
+	// data plane (tcp, shm) stays plaintext. nil = plaintext.
+	TLS *tlsconfig.Config
 }
 
 // Cluster is a running local pool.
 type Cluster struct {
 	Master *server.Process
 	Nodes  []*client.Client
-	shm    bool          // Options.Shm
-	master master.Config // Options.Master, for RestartMaster
+	shm    bool              // Options.Shm
+	master master.Config     // Options.Master, for RestartMaster
+	tls    *tlsconfig.Config // Options.TLS
 }
 
 // Start runs a master and the nodes. Errors: INVALID_PARAMS for a zero
@@ -64,11 +72,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if opts.SegmentSize == 0 {
 		return nil, fmt.Errorf("localcluster: segment size 0")
 	}
-	p, err := server.Start(server.ProcessConfig{Master: opts.Master, RPCAddr: "127.0.0.1:0", MetadataAddr: "127.0.0.1:0"})
+	p, err := server.Start(server.ProcessConfig{Master: opts.Master, RPCAddr: "127.0.0.1:0", MetadataAddr: "127.0.0.1:0", TLS: opts.TLS})
 	if err != nil {
 		return nil, err
 	}
-	c = &Cluster{Master: p, shm: opts.Shm, master: opts.Master}
+	c = &Cluster{Master: p, shm: opts.Shm, master: opts.Master, tls: opts.TLS}
 	started := c // c is nil by the time an error return runs the defer
 	defer func() {
 		if err != nil {
@@ -91,14 +99,22 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 }
 
 // NewClient starts a client of this pool; MasterAddr, Metadata and Transport
-// are filled in when empty (tcp on 127.0.0.1), and Local (shm) too when the
-// pool was started with Options.Shm. The caller closes it.
+// are filled in when empty (tcp on 127.0.0.1), Local (shm) too when the
+// pool was started with Options.Shm, and TLS with Options.TLS (which also
+// opens the metadata server with it). The caller closes it.
 func (c *Cluster) NewClient(ctx context.Context, cfg client.Config) (*client.Client, error) {
 	if cfg.MasterAddr == "" {
 		cfg.MasterAddr = c.Master.RPCAddr
 	}
+	if cfg.TLS == nil {
+		cfg.TLS = c.tls
+	}
 	if cfg.Metadata == nil {
-		m, err := httpmeta.NewClient(c.Master.MetadataURL)
+		var opts []httpmeta.ClientOption
+		if cfg.TLS != nil {
+			opts = append(opts, httpmeta.WithTLSConfig(cfg.TLS.Client()))
+		}
+		m, err := httpmeta.NewClient(c.Master.MetadataURL, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +147,7 @@ func (c *Cluster) RestartMaster() error {
 	}
 	c.Master.Close()
 	c.Master = nil
-	p, err := server.Start(server.ProcessConfig{Master: c.master, RPCAddr: rpcAddr, MetadataAddr: metaAddr})
+	p, err := server.Start(server.ProcessConfig{Master: c.master, RPCAddr: rpcAddr, MetadataAddr: metaAddr, TLS: c.tls})
 	if err != nil {
 		return fmt.Errorf("localcluster: restart master: %w", err)
 	}

@@ -4,14 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/metadata/memmeta"
 	"github.com/mooncake-go/mooncake/core/store/master"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
+
+// logWriter sends each line net/http logs (a refused TLS handshake) to a
+// Logf.
+type logWriter func(format string, args ...any)
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w("%s", strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
 
 // ProcessConfig is what `mooncake master` runs: the gRPC service, the
 // metrics/health HTTP endpoint and, optionally, the embedded HTTP metadata
@@ -31,13 +43,29 @@ type ProcessConfig struct {
 	// HA, when set, runs this master as one of several sharing an etcd
 	// (leader election, replicated table); see HAConfig. nil = single master.
 	HA *HAConfig
+	// TLS, when set, makes every listener require mutual TLS
+	// (tlsconfig.Config.Server: TLS 1.3, a client certificate issued by
+	// its CA bundle): the gRPC service, the HTTP metadata server (its URL
+	// becomes https://) and, unless MetricsPlaintext, /metrics and
+	// /health. nil = plaintext everywhere, as upstream. Ours: upstream has
+	// no transport security.
+	TLS *tlsconfig.Config
+	// MetricsPlaintext keeps /metrics and /health on plain HTTP when TLS
+	// is set, for probes and scrapers that cannot present a client
+	// certificate; they carry no object data.
+	MetricsPlaintext bool
+	// Logf receives one line per connection refused by TLS, on any
+	// listener (peer and reason); nil = none (gRPC's are dropped, net/http
+	// writes its own to the standard logger).
+	Logf func(format string, args ...any)
 }
 
 // Process is a running master.
 type Process struct {
 	Server *Server
 	// RPCAddr, MetricsAddr, MetadataURL are the bound addresses (useful with
-	// port 0). MetadataURL is "http://host:port/metadata" or "".
+	// port 0). MetadataURL is "http://host:port/metadata" ("https://" with
+	// TLS) or "".
 	RPCAddr, MetricsAddr, MetadataURL string
 
 	rpcLn  net.Listener
@@ -65,35 +93,52 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 		return nil, fmt.Errorf("master: rpc listen %s: %w", cfg.RPCAddr, err)
 	}
 	p.RPCAddr = p.rpcLn.Addr().String()
-	p.Server = New(m, Options{TickInterval: cfg.TickInterval, Interceptors: p.haInterceptors(cfg.HA)})
+	p.Server = New(m, Options{TickInterval: cfg.TickInterval, Interceptors: p.haInterceptors(cfg.HA), TLS: cfg.TLS, Logf: cfg.Logf})
 	if cfg.HA != nil {
 		if err = p.startHA(cfg); err != nil {
 			return nil, err
 		}
 	}
-	serveHTTP := func(addr string, h http.Handler) (string, error) {
+	serveHTTP := func(addr string, h http.Handler, tc *tlsconfig.Config) (string, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return "", err
 		}
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		if cfg.Logf != nil {
+			hs.ErrorLog = log.New(logWriter(cfg.Logf), "", 0)
+		}
 		p.http = append(p.http, hs)
-		go hs.Serve(ln)
+		if tc != nil {
+			// The certificate is in TLSConfig; ServeTLS adds HTTP/2.
+			hs.TLSConfig = tc.Server()
+			go hs.ServeTLS(ln, "", "")
+		} else {
+			go hs.Serve(ln)
+		}
 		return ln.Addr().String(), nil
 	}
 	if cfg.MetricsAddr != "" {
-		if p.MetricsAddr, err = serveHTTP(cfg.MetricsAddr, p.httpHandler()); err != nil {
+		mtls := cfg.TLS
+		if cfg.MetricsPlaintext {
+			mtls = nil
+		}
+		if p.MetricsAddr, err = serveHTTP(cfg.MetricsAddr, p.httpHandler(), mtls); err != nil {
 			return nil, fmt.Errorf("master: metrics listen %s: %w", cfg.MetricsAddr, err)
 		}
 	}
 	if cfg.MetadataAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("/metadata", httpmeta.NewHandler(memmeta.New()))
-		a, err := serveHTTP(cfg.MetadataAddr, mux)
+		a, err := serveHTTP(cfg.MetadataAddr, mux, cfg.TLS)
 		if err != nil {
 			return nil, fmt.Errorf("master: metadata listen %s: %w", cfg.MetadataAddr, err)
 		}
-		p.MetadataURL = "http://" + a + "/metadata"
+		scheme := "http://"
+		if cfg.TLS != nil {
+			scheme = "https://"
+		}
+		p.MetadataURL = scheme + a + "/metadata"
 	}
 	ln := p.rpcLn
 	go func() { p.served <- p.Server.Serve(ln) }()

@@ -21,6 +21,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/master"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Server is the gRPC front of one master.
@@ -81,6 +82,14 @@ type Options struct {
 	// NO_AVAILABLE_HANDLE; default 1 s, never past half the call's
 	// deadline. Negative: no wait (upstream's behaviour).
 	PutWait time.Duration
+	// TLS, when set, makes the gRPC service require mutual TLS
+	// (tlsconfig.Config.Server: TLS 1.3, a client certificate issued by
+	// its CA bundle); nil = plaintext, as upstream. Ours: upstream has no
+	// transport security.
+	TLS *tlsconfig.Config
+	// Logf receives one line per connection refused by TLS (peer and
+	// reason); nil = none.
+	Logf func(format string, args ...any)
 	// FreeOSMemoryAfter makes the tick loop hand freed heap back to the
 	// OS (runtime/debug.FreeOSMemory, outside the master's lock) once the
 	// object count has fallen by at least this many objects and to at most
@@ -123,7 +132,11 @@ func New(m *master.Master, opts Options) *Server {
 	s.mu.tierCh = make(chan struct{})
 	s.mu.spaceCh = make(chan struct{})
 	s.metrics = newMetrics(opts.Registry, s)
-	s.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...))
+	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...)}
+	if opts.TLS != nil {
+		gopts = append(gopts, grpc.Creds(tlsconfig.ServerCredentials(opts.TLS, opts.Logf)))
+	}
+	s.grpc = grpc.NewServer(gopts...)
 	pb.RegisterMasterServer(s.grpc, s)
 	go s.tickLoop(opts.TickInterval)
 	return s

@@ -21,8 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // MaxRequestBytes is the server's --max-request-bytes: large enough for the
@@ -42,12 +45,22 @@ const startAttempts = 3
 // ready within ReadyTimeout. The server is closed by t.Cleanup.
 func Start(t testing.TB) (endpoint string) {
 	t.Helper()
+	return StartTLS(t, tlsconfig.Files{})
+}
+
+// StartTLS is Start for a server whose client port speaks TLS with the
+// certificate and key of f and requires client certificates issued by
+// f.CA (etcd's --client-cert-auth with --trusted-ca-file); the zero f is
+// Start. The endpoint is host:port as Start's: clients select TLS by
+// their own configuration.
+func StartTLS(t testing.TB, f tlsconfig.Files) (endpoint string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("etcdtest: skipping embedded etcd server under -short")
 	}
 	var lastErr error
 	for attempt := range startAttempts {
-		e, ep, err := start(filepath.Join(t.TempDir(), "etcd"+strconv.Itoa(attempt)))
+		e, ep, err := start(filepath.Join(t.TempDir(), "etcd"+strconv.Itoa(attempt)), f)
 		if err != nil {
 			lastErr = err
 			continue
@@ -67,12 +80,16 @@ func Start(t testing.TB) (endpoint string) {
 }
 
 // start configures and starts one server in dir on two free ports.
-func start(dir string) (*embed.Etcd, string, error) {
+func start(dir string, f tlsconfig.Files) (*embed.Etcd, string, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, "", err
 	}
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+	scheme := "http"
+	if f.Enabled() {
+		scheme = "https"
+	}
+	clientURL := url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
 	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
 
 	cfg := embed.NewConfig()
@@ -90,6 +107,9 @@ func start(dir string) (*embed.Etcd, string, error) {
 	cfg.Logger = "zap"
 	cfg.LogLevel = "error"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	if f.Enabled() {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA, ClientCertAuth: true}
+	}
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -132,7 +152,7 @@ func freePorts(n int) ([]int, error) {
 func Serve(dir string) (endpoint string, stop func(), err error) {
 	var lastErr error
 	for attempt := range startAttempts {
-		e, ep, err := start(filepath.Join(dir, "etcd"+strconv.Itoa(attempt)))
+		e, ep, err := start(filepath.Join(dir, "etcd"+strconv.Itoa(attempt)), tlsconfig.Files{})
 		if err != nil {
 			lastErr = err
 			continue
