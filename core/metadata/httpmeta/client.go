@@ -90,7 +90,7 @@ func WithMaxResponseBytes(n int64) ClientOption {
 type Client struct {
 	base        *url.URL // parsed base URL; never mutated after NewClient
 	hc          *http.Client
-	tls         *tls.Config // WithTLSConfig's; nil = none
+	tls         *tls.Config     // WithTLSConfig's; nil = none
 	transport   *http.Transport // non-nil only when the Client built hc
 	token       string
 	maxResponse int64
