@@ -23,6 +23,7 @@ func ctlCmd() *cobra.Command {
 	var (
 		masterAddr, clusterID string
 		timeout               time.Duration
+		tf                    tlsFlags
 	)
 	c := &cobra.Command{
 		Use:   "ctl",
@@ -48,6 +49,7 @@ can be pasted as it is.`,
 	pf.StringVar(&masterAddr, "master", "127.0.0.1:50051", "master gRPC address host:port, or etcd://h1:2379,h2:2379 to follow the leader of highly available masters")
 	pf.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster an etcd:// --master follows (the masters' --cluster_id)")
 	pf.DurationVar(&timeout, "timeout", 10*time.Second, "bound on each master call")
+	tf.register(pf, "to the master", true, true)
 
 	// run wraps a subcommand: it checks the argument count (a usage error)
 	// and dials the master; f's errors become one-line failures.
@@ -59,7 +61,11 @@ can be pasted as it is.`,
 			if timeout <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --timeout %v: must be positive", name, timeout)}
 			}
-			a, err := client.DialAdmin(masterAddr, timeout, client.WithClusterID(clusterID))
+			poolTLS, etcdTLS, err := tf.load("ctl " + name)
+			if err != nil {
+				return err
+			}
+			a, err := client.DialAdmin(masterAddr, timeout, client.WithClusterID(clusterID), client.WithTLS(poolTLS), client.WithEtcdTLS(etcdTLS))
 			if err != nil {
 				return &exitError{2, fmt.Sprintf("mooncake ctl %s: --master %q: %v", name, masterAddr, oneLineErr(err))}
 			}

@@ -34,6 +34,8 @@ func masterCmd() *cobra.Command {
 		softPinTTL                                int64
 		evictSoftPinned                           bool
 		enableOffload, offloadOnEvict             bool
+		tf                                        tlsFlags
+		metricsPlaintext                          bool
 	)
 	c := &cobra.Command{
 		Use:   "master",
@@ -43,7 +45,16 @@ mooncake_master; the embedded HTTP metadata server is on by default here so
 one command runs a whole single-machine pool.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			poolTLS, etcdTLS, err := tf.load("master")
+			if err != nil {
+				return err
+			}
+			if metricsPlaintext && poolTLS == nil {
+				return &exitError{2, "mooncake master: --metrics_plaintext needs --tls-ca, --tls-cert and --tls-key (without them /metrics is plain HTTP anyway)"}
+			}
+			logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, "mooncake master: "+format+"\n", args...) }
 			cfg := server.ProcessConfig{
+				TLS: poolTLS, MetricsPlaintext: metricsPlaintext,
 				Master: master.Config{
 					DefaultLeaseTTL:        time.Duration(leaseTTL) * time.Millisecond,
 					EvictionRatio:          evictRatio,
@@ -64,6 +75,9 @@ one command runs a whole single-machine pool.`,
 				},
 				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
 			}
+			if poolTLS != nil {
+				cfg.Logf = logf
+			}
 			if metricsPort > 0 {
 				cfg.MetricsAddr = net.JoinHostPort(metricsHost, strconv.Itoa(metricsPort))
 			}
@@ -78,6 +92,7 @@ one command runs a whole single-machine pool.`,
 					Endpoints: eps, ClusterID: clusterID, AdvertiseAddr: advertise,
 					SnapshotInterval: time.Duration(snapshotSeconds) * time.Second,
 					Logf:             func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) },
+					EtcdTLS:          etcdTLS,
 				}
 			}
 			p, err := server.Start(cfg)
@@ -92,13 +107,23 @@ one command runs a whole single-machine pool.`,
 			defer p.Close()
 			fmt.Fprintf(os.Stderr, "mooncake master: rpc %s", p.RPCAddr)
 			if p.MetricsAddr != "" {
-				fmt.Fprintf(os.Stderr, ", metrics http://%s/metrics", p.MetricsAddr)
+				scheme := "https"
+				if poolTLS == nil || metricsPlaintext {
+					scheme = "http"
+				}
+				fmt.Fprintf(os.Stderr, ", metrics %s://%s/metrics", scheme, p.MetricsAddr)
 			}
 			if p.MetadataURL != "" {
 				fmt.Fprintf(os.Stderr, ", metadata %s", p.MetadataURL)
 			}
 			if cfg.HA != nil {
-				fmt.Fprintf(os.Stderr, ", HA cluster %s on etcd %v (%s)", cfg.HA.ClusterID, cfg.HA.Endpoints, p.Role())
+				fmt.Fprintf(os.Stderr, ", HA cluster %s on etcd %v (%s; etcd %s)", cfg.HA.ClusterID, cfg.HA.Endpoints, p.Role(), etcdTLS)
+			}
+			if poolTLS != nil {
+				fmt.Fprintf(os.Stderr, "; %s", poolTLS)
+				if metricsPlaintext {
+					fmt.Fprint(os.Stderr, " except /metrics and /health")
+				}
 			}
 			fmt.Fprintln(os.Stderr)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -134,5 +159,7 @@ one command runs a whole single-machine pool.`,
 	f.StringVar(&clusterID, "cluster_id", "mooncake_cluster", "HA cluster id: scopes the election and the replicated table in etcd")
 	f.StringVar(&advertise, "rpc_advertise_address", "", "RPC address clients are sent to while this master leads (default the bound address, 0.0.0.0 replaced by a local address)")
 	f.Int64Var(&snapshotSeconds, "snapshot_interval_seconds", 60, "HA: seconds between snapshots of the replicated table (also every 10000 changes)")
+	tf.register(f, "gRPC, HTTP metadata server, /metrics", false, true)
+	f.BoolVar(&metricsPlaintext, "metrics_plaintext", false, "with --tls-*: keep /metrics and /health on plain HTTP, for probes and scrapers without a client certificate")
 	return c
 }

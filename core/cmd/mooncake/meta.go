@@ -9,6 +9,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -16,16 +17,21 @@ import (
 // (upstream metadata_server forms: http(s)://..., etcd://h1:2379,h2:2379 or
 // host:port for etcd; metaopen.Open). With conn empty it derives one from
 // the master address: etcd://... masters share their etcd, host:port
-// masters serve http://host:8080/metadata. Errors name the input; a
+// masters serve http://host:8080/metadata (https:// with poolTLS, which
+// it is then opened with; etcd with etcdTLS). Errors name the input; a
 // malformed one wraps metadata.ErrInvalidConnString, P2PHANDSHAKE and
 // redis transfer.ErrUnsupported (both usage errors, metaExit); others are
 // the backend's (an unreachable etcd).
-func openMetadata(ctx context.Context, conn, masterAddr string) (metadata.Store, error) {
+func openMetadata(ctx context.Context, conn, masterAddr string, poolTLS, etcdTLS *tlsconfig.Config) (metadata.Store, error) {
 	if conn == "" {
 		if strings.HasPrefix(masterAddr, "etcd://") {
 			conn = masterAddr
 		} else {
-			u, err := metaopen.DefaultURL(masterAddr)
+			defaultURL := metaopen.DefaultURL
+			if poolTLS != nil {
+				defaultURL = metaopen.DefaultTLSURL
+			}
+			u, err := defaultURL(masterAddr)
 			if err != nil {
 				return nil, fmt.Errorf("%w: --master %q: %v", metadata.ErrInvalidConnString, masterAddr, err)
 			}
@@ -37,7 +43,7 @@ func openMetadata(ctx context.Context, conn, masterAddr string) (metadata.Store,
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	meta, _, _, err := metaopen.Open(ctx, conn, "", "")
+	meta, _, _, err := metaopen.Open(ctx, conn, "", "", metaopen.WithTLS(poolTLS), metaopen.WithEtcdTLS(etcdTLS))
 	return meta, err
 }
 

@@ -24,6 +24,7 @@ const minQuota = 1 << 20
 func nodeCmd() *cobra.Command {
 	var masterAddr, clusterID, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
 	var offerShm, overcommit bool
+	var tf tlsFlags
 	c := &cobra.Command{
 		Use:   "node",
 		Short: "Contribute --segment-size bytes of DRAM to a master's pool",
@@ -62,7 +63,11 @@ func nodeCmd() *cobra.Command {
 			if protocol != "tcp" {
 				return &exitError{2, fmt.Sprintf("mooncake node: unsupported: protocol %q (built: tcp)", protocol)}
 			}
-			meta, err := openMetadata(context.Background(), metaURL, masterAddr)
+			poolTLS, etcdTLS, err := tf.load("node")
+			if err != nil {
+				return err
+			}
+			meta, err := openMetadata(context.Background(), metaURL, masterAddr, poolTLS, etcdTLS)
 			if err != nil {
 				return metaExit("node", err)
 			}
@@ -80,6 +85,7 @@ func nodeCmd() *cobra.Command {
 				Logf: func(format string, args ...any) {
 					fmt.Fprintf(os.Stderr, "mooncake node: "+format+"\n", args...)
 				},
+				TLS: poolTLS, EtcdTLS: etcdTLS,
 			}
 			if offerShm {
 				cfg.Local = shm.New(shm.Config{})
@@ -91,6 +97,9 @@ func nodeCmd() *cobra.Command {
 			fmt.Fprintf(os.Stderr, "mooncake node: %s contributes %s to %s", cl.ID(), geometry.FormatSize(size), masterAddr)
 			if d := cl.DiskTier(); d != nil {
 				fmt.Fprintf(os.Stderr, ", and a %s disk tier in %s", geometry.FormatSize(int64(d.Capacity())), d.Dir())
+			}
+			if poolTLS != nil {
+				fmt.Fprintf(os.Stderr, "; %s", poolTLS)
 			}
 			fmt.Fprintln(os.Stderr)
 			<-ctx.Done()
@@ -114,5 +123,6 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&quota, "quota_bytes", "0", "SSD tier size limit, e.g. 100GiB (0 = 90% of the directory's free space)")
 	f.BoolVar(&offerShm, "shm", true, "also offer the segment over shared memory (memfd) to clients on this host")
 	f.BoolVar(&overcommit, "overcommit", false, "start even when --segment-size exceeds this machine's available memory (the node may be killed once the pool fills it)")
+	tf.register(f, "to the master and its metadata server", true, true)
 	return c
 }

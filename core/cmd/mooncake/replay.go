@@ -38,6 +38,7 @@ type replayFlags struct {
 	jsonOut                                                    bool
 	leaseTTL                                                   time.Duration
 	evictRatio, watermark                                      float64
+	tls                                                        tlsFlags
 }
 
 // defaultCapacityTokens sizes the pool when neither --pool-size nor
@@ -73,6 +74,7 @@ func replayCmd() *cobra.Command {
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of the report")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 100*time.Millisecond, "in-process master: lease granted by each read (a replay at full speed touches thousands of blocks per second; a 10 s lease would pin the whole pool)")
 	fl.Float64Var(&f.evictRatio, "eviction-ratio", 0.05, "in-process master: fraction of capacity freed per eviction pass")
+	f.tls.register(fl, "to --master and its metadata server; without --master the in-process pool runs with it too", true, true)
 	fl.Float64Var(&f.watermark, "eviction-high-watermark", 1.0, "in-process master: usage above which eviction runs; 1.0 = only when an allocation fails, so the whole pool holds blocks as the offline bound assumes")
 	return c
 }
@@ -186,6 +188,11 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return usage("trace %s is empty: it holds no requests (one JSON object per line: timestamp, input_length, output_length, hash_ids)", name)
 	}
 
+	poolTLS, etcdTLS, err := f.tls.load("replay")
+	if err != nil {
+		return err
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -193,7 +200,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	var cl *client.Client
 	if f.masterAddr == "" {
 		seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
-		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, Master: master.Config{
+		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, TLS: poolTLS, Master: master.Config{
 			DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark}})
 		if err != nil {
 			return &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
@@ -203,12 +210,13 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 			return &exitError{1, "mooncake replay: " + err.Error()}
 		}
 	} else {
-		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr)
+		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr, poolTLS, etcdTLS)
 		if err != nil {
 			return metaExit("replay", err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second})
+		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second,
+			TLS: poolTLS, EtcdTLS: etcdTLS})
 		cancel()
 		if err != nil {
 			if _, ok := client.Unreachable(err); ok {

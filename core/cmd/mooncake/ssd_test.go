@@ -75,7 +75,7 @@ func TestNodeDiesWithDiskTier(t *testing.T) {
 		"--bind", "127.0.0.1:0", "--storage_root_dir", t.TempDir(), "--quota_bytes", "16MiB")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	meta, err := openMetadata(ctx, p.MetadataURL, p.RPCAddr)
+	meta, err := openMetadata(ctx, p.MetadataURL, p.RPCAddr, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -306,7 +306,7 @@ func (c *Client) do(ctx context.Context, method, key string, body []byte) (*http
 		if c.tls != nil && ctx.Err() == nil {
 			// net/http's TLS errors can be as bare as "http2: client conn
 			// could not be established": find out what the server said.
-			if why := c.diagnose(ctx); why != "" {
+			if why := c.diagnose(ctx); why != "" && !strings.Contains(err.Error(), why) {
 				return nil, u, fmt.Errorf("httpmeta: %s key %q at %s: %w (%s)", op, key, u, err, why)
 			}
 		}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
+	"github.com/mooncake-go/mooncake/core/tlsconfig/tlstest"
+)
+
+func tlsArgs(f tlsconfig.Files) []string {
+	return []string{"--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls_key", f.Key} // either spelling
+}
+
+// TestTLSTwoProcessPool: `mooncake master --tls-*` and `mooncake node
+// --tls-*` form a pool over mutual TLS that `ctl` and `replay` with a
+// certificate of the same CA use; without one, ctl is refused saying
+// why.
+func TestTLSTwoProcessPool(t *testing.T) {
+	ca := tlstest.NewCA(t, "cli")
+	ports := freePorts(t, 3)
+	rpc := "127.0.0.1:" + strconv.Itoa(ports[0])
+	meta := "https://127.0.0.1:" + strconv.Itoa(ports[2]) + "/metadata"
+	m, ready := startDaemon(t, append([]string{"master", "--rpc_port", strconv.Itoa(ports[0]), "--metrics_port", strconv.Itoa(ports[1]),
+		"--http_metadata_server_port", strconv.Itoa(ports[2]), "--rpc_address", "127.0.0.1",
+		"--metrics_host", "127.0.0.1", "--http_metadata_server_host", "127.0.0.1"}, tlsArgs(ca.Issue(t, "master"))...)...)
+	assert.Contains(t, ready, "metadata "+meta)
+	assert.Contains(t, ready, "; mutual TLS (certificate ")
+
+	n, ready := startDaemon(t, append([]string{"node", "--master", rpc, "--metadata_server", meta, "--segment-size", "16MiB", "--bind", "127.0.0.1:0"},
+		tlsArgs(ca.Issue(t, "node"))...)...)
+	assert.Contains(t, ready, "contributes 16.0 MiB to "+rpc)
+
+	ctl := ca.Issue(t, "operator")
+	segs := ctlOK(t, rpc, append(tlsArgs(ctl), "segments")...)
+	require.Len(t, segs, 2, "header and the node's segment")
+	assert.True(t, strings.HasSuffix(strings.TrimSpace(segs[1]), " standalone"), segs[1])
+
+	// The environment stands in for the flags.
+	t.Run("env", func(t *testing.T) {
+		t.Setenv(tlsconfig.EnvCA, ctl.CA)
+		t.Setenv(tlsconfig.EnvCert, ctl.Cert)
+		t.Setenv(tlsconfig.EnvKey, ctl.Key)
+		assert.Len(t, ctlOK(t, rpc, "segments"), 2)
+	})
+
+	r := mooncake(t, 30*time.Second, "ctl", "--master", rpc, "--timeout", "5s", "segments")
+	assert.Equal(t, 1, r.code)
+	line := oneLine(t, r.stderr)
+	assert.Contains(t, line, "does it require TLS? give this client --tls-ca, --tls-cert and --tls-key")
+
+	rep := report(t, mooncake(t, 60*time.Second, append([]string{"replay", "--master", rpc, "--metadata-server", meta, "--limit", "50", "--json"}, tlsArgs(ca.Issue(t, "replay"))...)...))
+	assert.EqualValues(t, 50, rep["requests"])
+	assert.EqualValues(t, 16<<20, rep["pool_bytes"])
+
+	n.stop(t)
+	m.stop(t)
+	assert.Contains(t, m.log(), "tls: refused connection from 127.0.0.1:", "the master logs the refused ctl")
+}
+
+// TestTLSInProcessReplay: replay's in-process pool runs over mutual TLS
+// when given certificates.
+func TestTLSInProcessReplay(t *testing.T) {
+	ca := tlstest.NewCA(t, "replay")
+	rep := report(t, mooncake(t, 60*time.Second, append([]string{"replay", "--limit", "20", "--json"}, tlsArgs(ca.Issue(t, "pool"))...)...))
+	assert.EqualValues(t, 20, rep["requests"])
+}
+
+// TestTLSBadFiles: every subcommand refuses unusable TLS files at start,
+// exit status 2, one line naming the file.
+func TestTLSBadFiles(t *testing.T) {
+	ca := tlstest.NewCA(t, "bad")
+	good := ca.Issue(t, "good")
+	other := tlstest.NewCA(t, "other").Issue(t, "other")
+	missing := t.TempDir() + "/missing.pem"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"master: missing certificate", []string{"master", "--tls-ca", good.CA, "--tls-cert", missing, "--tls-key", good.Key},
+			"mooncake master: --tls-ca/--tls-cert/--tls-key: tlsconfig: invalid TLS settings: certificate " + missing + ": no such file or directory"},
+		{"master: key of another certificate", []string{"master", "--tls-ca", good.CA, "--tls-cert", good.Cert, "--tls-key", other.Key},
+			"certificate " + good.Cert + " and private key " + other.Key},
+		{"master: no key", []string{"master", "--tls-ca", good.CA, "--tls-cert", good.Cert}, "private key not given"},
+		{"master: metrics_plaintext without TLS", []string{"master", "--metrics_plaintext"}, "--metrics_plaintext needs --tls-ca"},
+		{"master: etcd CA missing", []string{"master", "--etcd-tls-ca", missing}, "--etcd-tls-ca/--etcd-tls-cert/--etcd-tls-key: tlsconfig: invalid TLS settings: CA bundle " + missing},
+		{"node: CA of another CA's certificate", []string{"node", "--tls-ca", good.CA, "--tls-cert", other.Cert, "--tls-key", other.Key},
+			"mooncake node: --tls-ca/--tls-cert/--tls-key: tlsconfig: invalid TLS settings: certificate " + other.Cert},
+		{"ctl: missing CA", []string{"ctl", "segments", "--tls-ca", missing, "--tls-cert", good.Cert, "--tls-key", good.Key}, "mooncake ctl segments: --tls-ca/--tls-cert/--tls-key: tlsconfig: invalid TLS settings: CA bundle " + missing},
+		{"ctl: server name alone", []string{"ctl", "segments", "--tls-server-name", "master.example"}, "--tls-server-name \"master.example\" without --tls-ca"},
+		{"replay: garbage key", []string{"replay", "--tls-ca", good.CA, "--tls-cert", good.Cert, "--tls-key", good.CA}, "private key " + good.CA + " holds no PEM private key block (found CERTIFICATE)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := mooncake(t, 30*time.Second, tc.args...)
+			assert.Equal(t, 2, r.code, r.stderr)
+			assert.Contains(t, oneLine(t, r.stderr), tc.want)
+		})
+	}
+}
