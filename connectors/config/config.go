@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Errors returned by Load and Validate; match them with errors.Is.
@@ -224,6 +226,41 @@ type Config struct {
 	// LMCache's page-first multi-buffer data path (needs save_chunk_meta
 	// false). L only; false. Consumed by the LMCache adapter, not the store.
 	PageFirstMultiBuffer bool `json:"mooncake_page_first_multi_buffer,omitempty"`
+
+	// TLSCAFile, TLSCertFile and TLSKeyFile (mc_tls_ca_file,
+	// mc_tls_cert_file, mc_tls_key_file; env MC_TLS_CA_FILE,
+	// MC_TLS_CERT_FILE, MC_TLS_KEY_FILE) turn on mutual TLS to a master
+	// started with --tls-ca/--tls-cert/--tls-key: the CA bundle, this
+	// client's certificate and its key, PEM files; all three or none. The
+	// master's metadata server is then https:// (an http:// metadata_server
+	// is refused). Ours, every integration; "" = plaintext, as upstream.
+	TLSCAFile   string `json:"mc_tls_ca_file,omitempty"`
+	TLSCertFile string `json:"mc_tls_cert_file,omitempty"`
+	TLSKeyFile  string `json:"mc_tls_key_file,omitempty"`
+	// TLSServerName (mc_tls_server_name, env MC_TLS_SERVER_NAME) is the
+	// name verified in the master's certificate instead of the host of
+	// master_server_address. Ours; "".
+	TLSServerName string `json:"mc_tls_server_name,omitempty"`
+	// EtcdTLSCAFile, EtcdTLSCertFile, EtcdTLSKeyFile (mc_etcd_tls_ca_file,
+	// mc_etcd_tls_cert_file, mc_etcd_tls_key_file; env MC_ETCD_TLS_CA_FILE,
+	// MC_ETCD_TLS_CERT_FILE, MC_ETCD_TLS_KEY_FILE) turn on TLS to etcd (an
+	// etcd:// master_server_address or metadata_server): the CA bundle of
+	// etcd's certificate, and a client certificate and key (both or
+	// neither). Ours; "" = plaintext.
+	EtcdTLSCAFile   string `json:"mc_etcd_tls_ca_file,omitempty"`
+	EtcdTLSCertFile string `json:"mc_etcd_tls_cert_file,omitempty"`
+	EtcdTLSKeyFile  string `json:"mc_etcd_tls_key_file,omitempty"`
+}
+
+// TLSFiles returns the pool's TLS files (tlsconfig.Load them); the zero
+// Files means plaintext.
+func (c Config) TLSFiles() tlsconfig.Files {
+	return tlsconfig.Files{CA: c.TLSCAFile, Cert: c.TLSCertFile, Key: c.TLSKeyFile, ServerName: c.TLSServerName}
+}
+
+// EtcdTLSFiles returns etcd's TLS files (tlsconfig.LoadClient them).
+func (c Config) EtcdTLSFiles() tlsconfig.Files {
+	return tlsconfig.Files{CA: c.EtcdTLSCAFile, Cert: c.EtcdTLSCertFile, Key: c.EtcdTLSKeyFile}
 }
 
 // MarshalJSON writes c with the upstream keys, transfer_timeout in
@@ -281,7 +318,9 @@ func Defaults(in Integration) Config {
 // ClientServerAddress instead. VLLM adds the connector's own checks: Mode
 // is embedded or standalone-store, LocalBufferSize > 0, embedded needs
 // GlobalSegmentSize > 0 and standalone-store needs 0. SGLang adds a
-// port range for MasterMetricsPort and a well-formed device map.
+// port range for MasterMetricsPort and a well-formed device map. The TLS
+// files must come as whole sets (they are read only when the client
+// starts, by core/tlsconfig, which names a missing or bad file).
 func (c Config) Validate() error {
 	var bad []string
 	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
@@ -315,6 +354,14 @@ func (c Config) Validate() error {
 	}
 	if c.Integration != LMCache && c.TenantID == "" {
 		add("tenant_id is empty (the default tenant is %q)", DefaultTenant)
+	}
+	if f := c.TLSFiles(); f.Enabled() && (f.CA == "" || f.Cert == "" || f.Key == "") {
+		add("%s, %s and %s go together (mutual TLS needs all three), got %q, %q, %q", KeyTLSCA, KeyTLSCert, KeyTLSKey, f.CA, f.Cert, f.Key)
+	} else if !f.Enabled() && f.ServerName != "" {
+		add("%s %q needs %s, %s and %s", KeyTLSServerName, f.ServerName, KeyTLSCA, KeyTLSCert, KeyTLSKey)
+	}
+	if f := c.EtcdTLSFiles(); f.Enabled() && (f.CA == "" || (f.Cert == "") != (f.Key == "")) {
+		add("%s is required with %s and %s, which go together, got %q, %q, %q", KeyEtcdTLSCA, KeyEtcdTLSCert, KeyEtcdTLSKey, f.CA, f.Cert, f.Key)
 	}
 
 	switch c.Integration {

@@ -40,6 +40,13 @@
 //	storage_root_dir            -                  -          -                 ""
 //	mooncake_prefer_local_alloc -                  -          -                 false (4)
 //	mooncake_page_first_multi_buffer -             -          -                 false
+//	mc_tls_ca_file (13)         ""                 ""         ""                ""          all MC_TLS_CA_FILE
+//	mc_tls_cert_file (13)       ""                 ""         ""                ""          all MC_TLS_CERT_FILE
+//	mc_tls_key_file (13)        ""                 ""         ""                ""          all MC_TLS_KEY_FILE
+//	mc_tls_server_name (13)     ""                 ""         ""                ""          all MC_TLS_SERVER_NAME
+//	mc_etcd_tls_ca_file (13)    ""                 ""         ""                ""          all MC_ETCD_TLS_CA_FILE
+//	mc_etcd_tls_cert_file (13)  ""                 ""         ""                ""          all MC_ETCD_TLS_CERT_FILE
+//	mc_etcd_tls_key_file (13)   ""                 ""         ""                ""          all MC_ETCD_TLS_KEY_FILE
 //
 //	(1) environment form; the file form requires the key.
 //	(2) vLLM's v1 connector ignores the key: MOONCAKE_REQUESTER_LOCAL_HOSTNAME,
@@ -58,6 +65,12 @@
 //	    Config.DeviceForRank.
 //	(11) from kv_connector_extra_config, else the variable.
 //	(12) extra config only, whichever source holds the other keys.
+//	(13) ours (upstream has no transport security): read from whichever
+//	    file or extra config the integration reads Mooncake keys from (vLLM
+//	    also from kv_connector_extra_config beside the file); a key those
+//	    leave unset comes from its MC_* variable under every integration.
+//	    PEM file paths for mutual TLS to the master (core/tlsconfig) and
+//	    TLS to etcd; empty = plaintext.
 //
 // Keys that share the extra-config object with ours (vLLM's load_async,
 // SGLang's backend_name, LMCache's save_chunk_meta, vllm-ascend's

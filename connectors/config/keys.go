@@ -3,6 +3,8 @@ package config
 import (
 	"slices"
 	"strings"
+
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // form is one kind of source an integration reads keys from.
@@ -68,8 +70,57 @@ func fieldPtr(c *Config, key string) any {
 		return &c.PreferLocalAlloc
 	case "mooncake_page_first_multi_buffer":
 		return &c.PageFirstMultiBuffer
+	case KeyTLSCA:
+		return &c.TLSCAFile
+	case KeyTLSCert:
+		return &c.TLSCertFile
+	case KeyTLSKey:
+		return &c.TLSKeyFile
+	case KeyTLSServerName:
+		return &c.TLSServerName
+	case KeyEtcdTLSCA:
+		return &c.EtcdTLSCAFile
+	case KeyEtcdTLSCert:
+		return &c.EtcdTLSCertFile
+	case KeyEtcdTLSKey:
+		return &c.EtcdTLSKeyFile
 	}
 	return nil
+}
+
+// Keys of our own (upstream has no transport security): the TLS files of
+// the store client (core/tlsconfig). Every integration reads them from
+// whichever file or extra config it reads Mooncake keys from; a key none
+// of those sets comes from its environment variable (tlsEnv), whatever
+// the integration.
+const (
+	KeyTLSCA         = "mc_tls_ca_file"
+	KeyTLSCert       = "mc_tls_cert_file"
+	KeyTLSKey        = "mc_tls_key_file"
+	KeyTLSServerName = "mc_tls_server_name"
+	KeyEtcdTLSCA     = "mc_etcd_tls_ca_file"
+	KeyEtcdTLSCert   = "mc_etcd_tls_cert_file"
+	KeyEtcdTLSKey    = "mc_etcd_tls_key_file"
+)
+
+// tlsEnv pairs each TLS key with its variable, in key order.
+var tlsEnv = []envVar{
+	{tlsconfig.EnvCA, KeyTLSCA},
+	{tlsconfig.EnvCert, KeyTLSCert},
+	{tlsconfig.EnvKey, KeyTLSKey},
+	{tlsconfig.EnvServerName, KeyTLSServerName},
+	{tlsconfig.EnvEtcdCA, KeyEtcdTLSCA},
+	{tlsconfig.EnvEtcdCert, KeyEtcdTLSCert},
+	{tlsconfig.EnvEtcdKey, KeyEtcdTLSKey},
+}
+
+// withTLS is keys followed by the TLS keys.
+func withTLS(keys ...string) []string {
+	out := slices.Clip(keys)
+	for _, e := range tlsEnv {
+		out = append(out, e.key)
+	}
+	return out
 }
 
 // aliases maps other spellings to the canonical key. The canonical key wins
@@ -91,32 +142,32 @@ func canonical(key string) (string, bool) {
 var reads = map[Integration]map[form][]string{
 	// mooncake_config.py: MooncakeConfig.from_file and load_from_env.
 	Generic: {
-		formFile: {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
-			"protocol", "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id"},
+		formFile: withTLS("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+			"protocol", "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id"),
 		formEnv: {"local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
 			"protocol", "device_name", "master_server_address", "enable_ssd_offload", "ssd_offload_path", "tenant_id"},
 	},
 	// store/worker.py: MooncakeStoreConfig.from_file; rdma_utils.py for the
 	// extra config and the requester hostname.
 	VLLM: {
-		formFile: {"metadata_server", "master_server_address", "protocol", "device_name", "mode",
-			"global_segment_size", "local_buffer_size", "enable_offload", "tenant_id"},
-		formExtra: {"preferred_segment"},
+		formFile: withTLS("metadata_server", "master_server_address", "protocol", "device_name", "mode",
+			"global_segment_size", "local_buffer_size", "enable_offload", "tenant_id"),
+		formExtra: withTLS("preferred_segment"),
 		formEnv:   {"local_hostname", "preferred_segment"},
 	},
 	// mooncake_store.py: MooncakeStoreConfig.from_file, load_from_extra_config,
 	// load_from_env, plus the extra-config-only keys MooncakeStore reads.
 	SGLang: {
-		formFile: sglangKeys,
-		formExtra: append(slices.Clip(sglangKeys),
-			"extra_backend_tag", "enable_group_semantics"),
+		formFile: withTLS(sglangKeys...),
+		formExtra: withTLS(append(slices.Clip(sglangKeys),
+			"extra_backend_tag", "enable_group_semantics")...),
 		formEnv: append(slices.Clip(sglangKeys), "local_buffer_size"),
 	},
 	// mooncakestore_connector.py: from_file and load_from_lmcache_config read
 	// the same keys.
 	LMCache: {
-		formFile:  lmcacheKeys,
-		formExtra: lmcacheKeys,
+		formFile:  withTLS(lmcacheKeys...),
+		formExtra: withTLS(lmcacheKeys...),
 	},
 }
 

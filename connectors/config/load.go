@@ -218,6 +218,9 @@ func Load(opts LoadOptions) (Config, Report, error) {
 	if err == nil && opts.RemoteURL != "" && l.in != LMCache {
 		err = fmt.Errorf("%w: RemoteURL is read only by the lmcache rules, not %v", ErrBadValue, l.in)
 	}
+	if err == nil {
+		err = l.tlsFromEnv()
+	}
 	if err != nil {
 		return l.cfg, l.rep, err
 	}
@@ -728,6 +731,23 @@ func (l *loader) applyURL(raw string) error {
 	if dev := u.Query().Get("device"); dev != "" {
 		l.cfg.DeviceName = dev
 		l.rep.Sources["device_name"] = Source{Kind: FromURL, Origin: raw}
+	}
+	return nil
+}
+
+// tlsFromEnv sets each TLS key that no file or extra config set from its
+// MC_* variable, for every integration (the keys are ours: no upstream
+// precedence applies).
+func (l *loader) tlsFromEnv() error {
+	for _, e := range tlsEnv {
+		if l.rep.Sources[e.key].Kind != FromDefault {
+			continue
+		}
+		if v, ok := l.env(e.name); ok && v != "" {
+			if err := l.setEnv(e.key, e.name, v); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

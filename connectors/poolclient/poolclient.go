@@ -3,7 +3,9 @@
 // connects the transfer metadata service named by metadata_server
 // (an HTTP URL, etcd endpoints or P2PHANDSHAKE), starts the tcp transport
 // with the shm transport for same-host peers, and mounts
-// global_segment_size bytes into the pool. Every adapter (vLLM, SGLang,
+// global_segment_size bytes into the pool. With the mc_tls_* settings it
+// speaks mutual TLS to the master and its metadata server, and with
+// mc_etcd_tls_* TLS to etcd (core/tlsconfig). Every adapter (vLLM, SGLang,
 // LMCache) opens its pool this way, so the same config file behaves the
 // same under every engine, as upstream's MooncakeDistributedStore.setup.
 package poolclient
@@ -21,6 +23,7 @@ import (
 	"github.com/mooncake-go/mooncake/connectors/config"
 	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
@@ -80,7 +83,8 @@ func (p *Pool) Close() error {
 // given with MC_TCP_BIND_ADDRESS wins, as upstream) on a free port unless
 // local_hostname names one. Errors: ErrUnsupported for a protocol other
 // than "tcp" or a metadata server kind not built; the metadata service's
-// and the master's errors otherwise (core/store codes).
+// and the master's errors otherwise (core/store codes); a TLS file that is
+// missing or wrong, naming it (tlsconfig.ErrInvalid).
 func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
@@ -115,15 +119,27 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 		}
 	}
 	bind := BindHost(host, o.Env)
+	poolTLS, err := tlsconfig.Load(cfg.TLSFiles())
+	if err != nil {
+		return nil, fmt.Errorf("poolclient: %s/%s/%s: %w", config.KeyTLSCA, config.KeyTLSCert, config.KeyTLSKey, err)
+	}
+	etcdTLS, err := tlsconfig.LoadClient(cfg.EtcdTLSFiles())
+	if err != nil {
+		return nil, fmt.Errorf("poolclient: %s/%s/%s: %w", config.KeyEtcdTLSCA, config.KeyEtcdTLSCert, config.KeyEtcdTLSKey, err)
+	}
 	conn := cfg.MetadataServer
 	if conn == "" {
-		u, err := metaopen.DefaultURL(cfg.MasterServerAddress)
+		defaultURL := metaopen.DefaultURL
+		if poolTLS != nil {
+			defaultURL = metaopen.DefaultTLSURL
+		}
+		u, err := defaultURL(cfg.MasterServerAddress)
 		if err != nil {
 			return nil, fmt.Errorf("poolclient: master_server_address %q is not host:port: %v", cfg.MasterServerAddress, err)
 		}
 		conn = u
 	}
-	meta, closer, name, err := metaopen.Open(ctx, conn, bind, host)
+	meta, closer, name, err := metaopen.Open(ctx, conn, bind, host, metaopen.WithTLS(poolTLS), metaopen.WithEtcdTLS(etcdTLS))
 	if err != nil {
 		return nil, err
 	}
@@ -145,6 +161,8 @@ func Open(ctx context.Context, cfg config.Config, o Options) (*Pool, error) {
 		Metadata:        meta,
 		Transport:       tcp.New(tcp.Config{BindAddr: net.JoinHostPort(bind, strconv.Itoa(port)), Host: host}),
 		LocalBufferSize: 0,
+		TLS:             poolTLS,
+		EtcdTLS:         etcdTLS,
 	}
 	if !o.NoSegment && cfg.GlobalSegmentSize > 0 {
 		cc.GlobalSegmentSize = uint64(cfg.GlobalSegmentSize)

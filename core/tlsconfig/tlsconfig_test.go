@@ -19,9 +19,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/mooncake-go/mooncake/core/testutil/leakcheck"
 	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/tlsconfig/tlstest"
 )
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
 
 func TestLoadOff(t *testing.T) {
 	c, err := tlsconfig.Load(tlsconfig.Files{})
@@ -62,7 +65,6 @@ func TestLoad(t *testing.T) {
 	assert.Nil(t, oc.Client().GetClientCertificate)
 	assert.Nil(t, oc.Leaf())
 
-	os.Setenv(tlsconfig.EnvCA, "") // not read: FromEnv takes its lookup
 	env := map[string]string{tlsconfig.EnvCA: "a", tlsconfig.EnvCert: "b", tlsconfig.EnvKey: "c", tlsconfig.EnvServerName: "d",
 		tlsconfig.EnvEtcdCA: "e", tlsconfig.EnvEtcdCert: "f", tlsconfig.EnvEtcdKey: "g"}
 	get := func(k string) string { return env[k] }

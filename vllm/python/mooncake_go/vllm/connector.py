@@ -191,6 +191,8 @@ def _block_size(vllm_config):
 KNOWN_EXTRA_KEYS = frozenset(
     """mc_mode mc_layerwise mc_layout mc_num_layers mc_lookup_timeout_ms mc_load_timeout_ms mc_save_timeout_ms
     mc_pool_required mc_connect_timeout_ms mc_idle_wait_ms
+    mc_tls_ca_file mc_tls_cert_file mc_tls_key_file mc_tls_server_name
+    mc_etcd_tls_ca_file mc_etcd_tls_cert_file mc_etcd_tls_key_file
     load_async cache_prefix save_decode_cache bootstrap_server_address preferred_segment
     local_hostname metadata_server master_server_address master_server_addr global_segment_size
     local_buffer_size protocol device_name rdma_devices mode enable_offload tenant_id
