@@ -59,7 +59,9 @@ func TestOpenTLS(t *testing.T) {
 	}{
 		{"missing key file", func(c *config.Config) { c.TLSKeyFile = missing },
 			[]string{"mc_tls_ca_file/mc_tls_cert_file/mc_tls_key_file", "private key " + missing + ": no such file"}},
-		{"plaintext metadata URL", func(c *config.Config) { c.MetadataServer = "http://" + strings.TrimPrefix(pool.Master.MetadataURL, "https://") },
+		{"plaintext metadata URL", func(c *config.Config) {
+			c.MetadataServer = "http://" + strings.TrimPrefix(pool.Master.MetadataURL, "https://")
+		},
 			[]string{"plaintext http:// while TLS is configured; use https://"}},
 		{"P2P handshake", func(c *config.Config) { c.MetadataServer = config.DefaultMetadataServer }, []string{"unsupported", "P2P handshake has no TLS"}},
 		{"etcd CA missing", func(c *config.Config) { c.EtcdTLSCAFile = missing }, []string{"mc_etcd_tls_ca_file/", "CA bundle " + missing}},
