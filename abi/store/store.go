@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	"github.com/mooncake-go/mooncake/connectors/poolclient"
@@ -23,6 +22,7 @@ import (
 	mcstore "github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
@@ -121,10 +121,10 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 	return poolclient.BindHost(host, cbridge.Environ()), port, publish, nil
 }
 
-// openMetadata connects to metadata_server (metaopen.Open); etcd failures
-// carry MC_ERR_METADATA.
-func openMetadata(ctx context.Context, conn, bindHost, publish string) (meta metadata.Store, closer io.Closer, name string, err error) {
-	meta, closer, name, err = metaopen.Open(ctx, conn, bindHost, publish)
+// openMetadata connects to metadata_server (metaopen.Open, with opts);
+// etcd failures carry MC_ERR_METADATA.
+func openMetadata(ctx context.Context, conn, bindHost, publish string, opts ...metaopen.Option) (meta metadata.Store, closer io.Closer, name string, err error) {
+	meta, closer, name, err = metaopen.Open(ctx, conn, bindHost, publish, opts...)
 	if err != nil {
 		if kind, _, perr := metadata.ParseConnString(strings.ReplaceAll(conn, ";", ",")); perr == nil && kind == metadata.KindEtcd {
 			err = cbridge.MetadataError(err)
@@ -163,9 +163,13 @@ func newStore(a setupArgs) (s *storeClient, err error) {
 	if err != nil {
 		return nil, err
 	}
+	poolTLS, etcdTLS, err := tlsFromEnv(cbridge.Environ())
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
-	meta, closer, name, err := openMetadata(ctx, a.MetadataServer, bindHost, publish)
+	meta, closer, name, err := openMetadata(ctx, a.MetadataServer, bindHost, publish, metaopen.WithTLS(poolTLS), metaopen.WithEtcdTLS(etcdTLS))
 	if err != nil {
 		return nil, err
 	}
@@ -201,16 +205,37 @@ func newStore(a setupArgs) (s *storeClient, err error) {
 		Local:             local,
 		GlobalSegmentSize: a.GlobalSegmentSize,
 		LocalBufferSize:   a.LocalBufferSize,
+		TLS:               poolTLS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.conn, err = grpc.NewClient(a.MasterAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	s.conn, err = grpc.NewClient(a.MasterAddr, tlsconfig.DialOptions(poolTLS)...)
 	if err != nil {
 		return nil, mcstore.Errorf(mcstore.RPCFail, "master %s: %v", a.MasterAddr, err)
 	}
 	s.rpc = pb.NewMasterClient(s.conn)
 	return s, nil
+}
+
+// tlsFromEnv loads the TLS identities the environment names (upstream's
+// setup() has no TLS arguments): MC_TLS_CA_FILE, MC_TLS_CERT_FILE,
+// MC_TLS_KEY_FILE and MC_TLS_SERVER_NAME for mutual TLS to the master and
+// its https:// metadata server, MC_ETCD_TLS_* for an etcd metadata_server
+// (tlsconfig). None set: plaintext. Errors: MC_ERR_INVALID_ARGUMENT
+// naming the variable and the file.
+func tlsFromEnv(env map[string]string) (poolTLS, etcdTLS *tlsconfig.Config, err error) {
+	get := func(k string) string { return env[k] }
+	if poolTLS, err = tlsconfig.Load(tlsconfig.FromEnv(get)); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s/%s/%s: %w", cbridge.ErrInvalidArgument, tlsconfig.EnvCA, tlsconfig.EnvCert, tlsconfig.EnvKey, err)
+	}
+	if f := tlsconfig.FromEnv(get); f.ServerName != "" && poolTLS == nil {
+		return nil, nil, invalid("%s=%q without %s, %s and %s", tlsconfig.EnvServerName, f.ServerName, tlsconfig.EnvCA, tlsconfig.EnvCert, tlsconfig.EnvKey)
+	}
+	if etcdTLS, err = tlsconfig.LoadClient(tlsconfig.EtcdFromEnv(get)); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s/%s/%s: %w", cbridge.ErrInvalidArgument, tlsconfig.EnvEtcdCA, tlsconfig.EnvEtcdCert, tlsconfig.EnvEtcdKey, err)
+	}
+	return poolTLS, etcdTLS, nil
 }
 
 func publishOr(publish, bindHost string) string {
