@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/metadata/metaopen"
 	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
@@ -73,6 +75,12 @@ type engineArgs struct {
 //
 // In P2P mode the segment name is "<host>:<handshake port>" whatever name
 // says, as upstream (get it back with localName).
+//
+// With MC_TLS_CA_FILE, MC_TLS_CERT_FILE and MC_TLS_KEY_FILE in a.Env, an
+// HTTP metadata server is reached over mutual TLS (the connection string
+// must then be https://; P2PHANDSHAKE is refused as unsupported), and
+// with MC_ETCD_TLS_* an etcd one over TLS; a bad file is
+// MC_ERR_INVALID_ARGUMENT naming it.
 func newEngine(a engineArgs) (t *teEngine, err error) {
 	switch {
 	case a.Conn == "":
@@ -100,9 +108,24 @@ func newEngine(a engineArgs) (t *teEngine, err error) {
 	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 		publish = ""
 	}
+	// Upstream's mc_te_create has no TLS arguments: MC_TLS_*_FILE name
+	// the identity for a master's https:// metadata server, MC_ETCD_TLS_*
+	// etcd's. The data plane stays plaintext.
+	getenv := os.Getenv
+	if a.Env != nil {
+		getenv = func(k string) string { return a.Env[k] }
+	}
+	tc, err := tlsconfig.Load(tlsconfig.FromEnv(getenv))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%s/%s: %w", cbridge.ErrInvalidArgument, tlsconfig.EnvCA, tlsconfig.EnvCert, tlsconfig.EnvKey, err)
+	}
+	etc, err := tlsconfig.LoadClient(tlsconfig.EtcdFromEnv(getenv))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s/%s/%s: %w", cbridge.ErrInvalidArgument, tlsconfig.EnvEtcdCA, tlsconfig.EnvEtcdCert, tlsconfig.EnvEtcdKey, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	meta, closer, p2pName, err := metaopen.Open(ctx, conn, bind, publish)
+	meta, closer, p2pName, err := metaopen.Open(ctx, conn, bind, publish, metaopen.WithTLS(tc), metaopen.WithEtcdTLS(etc))
 	if err != nil {
 		if kind == metadata.KindEtcd {
 			err = cbridge.MetadataError(err)
