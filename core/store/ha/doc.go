@@ -66,6 +66,12 @@
 // and its writer retries it. Restored objects are leased for one lease TTL
 // and restored segments' clients get a fresh TTL.
 //
+// Transport security: every byte of the election and the replicated table
+// goes through the etcd client the caller builds; give it TLS
+// (core/tlsconfig.LoadClient, server.HAConfig.EtcdTLS) to run HA over an
+// etcd that requires client certificates. There is no other stream
+// between masters.
+//
 // Concurrency: Elector, Term and Replicator are safe for concurrent use.
 // The Replicator's Observer methods are called under the master's lock and
 // only queue; its Do callback takes that lock, and the replicator's own

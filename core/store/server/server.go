@@ -1,7 +1,8 @@
 // Package server serves a master.Master over gRPC (the storepb.Master
 // service), runs its periodic Tick, and exposes Prometheus metrics and
 // /health over HTTP, mirroring upstream mooncake_master's RPC port (50051)
-// and metrics port (9003).
+// and metrics port (9003). With Options.TLS (ProcessConfig.TLS) every
+// listener requires mutual TLS (core/tlsconfig); upstream has none.
 //
 // Concurrency: one mutex (Server.mu) serialises every call into the master;
 // no I/O happens under it. Close stops the tick loop, then the gRPC server.
