@@ -13,19 +13,17 @@
 // master's embedded metadata server may have lost them) and remounts its
 // segment and disk tier; values it held are lost with the old table.
 //
-<<<<<<< HEAD
 // Batch calls are sent to the master in chunks that each fit one gRPC
 // message (batch.go), so a batch of any size works. A failed master call
 // keeps its gRPC status as the cause: Unreachable and MasterError tell an
 // operator "cannot reach master ADDR: connection refused" instead of
 // gRPC's text. With Config.Logf the heartbeat logs losing the master and
 // remounting at it.
-=======
+//
 // With Config.TLS the client speaks mutual TLS to the master (and
 // EtcdTLS to etcd when it follows the leader); the caller opens Metadata
 // with the same identity (core/metadata/metaopen WithTLS). Value bytes move
 // over the transfer engine in the clear either way.
->>>>>>> cda6867 (docs: TLS in the server, client and ha package docs, the vLLM README's key table and the metadata server's warning)
 //
 // Reads honour leases: a read that finishes after the lease the master
 // granted fails with LEASE_EXPIRED, because the bytes may have been evicted
