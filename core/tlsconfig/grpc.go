@@ -25,11 +25,15 @@ func DialCredentials(c *Config) credentials.TransportCredentials {
 	return credentials.NewTLS(c.Client())
 }
 
+// HintSep separates a gRPC status message from the Hint that DialOptions'
+// interceptor appends to it.
+const HintSep = "; TLS: "
+
 // DialOptions returns the gRPC dial options of a client of the pool:
-// DialCredentials(c), and an interceptor that appends Hint's explanation
-// to the message of a call failing with code Unavailable (the code is
-// kept, so retries still see it). Put it before other interceptors so
-// that it sees the final error.
+// DialCredentials(c), and an interceptor that appends HintSep and Hint's
+// explanation to the message of a call failing with code Unavailable (the
+// code is kept, so retries still see it). Put it before other
+// interceptors so that it sees the final error.
 func DialOptions(c *Config) []grpc.DialOption {
 	tlsOn := c != nil
 	return []grpc.DialOption{
@@ -38,7 +42,7 @@ func DialOptions(c *Config) []grpc.DialOption {
 			err := invoker(ctx, method, req, reply, cc, opts...)
 			if st, ok := grpcstatus.FromError(err); ok && st.Code() == codes.Unavailable {
 				if h := Hint(err, tlsOn); h != "" {
-					return grpcstatus.Error(codes.Unavailable, st.Message()+"; "+h)
+					return grpcstatus.Error(codes.Unavailable, st.Message()+HintSep+h)
 				}
 			}
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ func metadataServerCmd() *cobra.Command {
 	var (
 		host string
 		port int
+		tf   tlsFlags
 	)
 	c := &cobra.Command{
 		Use:   "metadata-server",
@@ -33,11 +35,17 @@ func metadataServerCmd() *cobra.Command {
 		Long: `Run a standalone transfer-engine HTTP metadata server, as upstream's
 mooncake_http_metadata_server (flags --host, --port, defaults 0.0.0.0:8080).
 Keys live in memory and are lost when it stops. mooncake master serves the
-same protocol itself unless --enable_http_metadata_server=false.`,
+same protocol itself unless --enable_http_metadata_server=false. With
+--tls-ca, --tls-cert and --tls-key it serves https:// and requires client
+certificates issued by the CA bundle (ours; upstream has no TLS).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if port < 0 || port > 65535 {
 				return &exitError{2, fmt.Sprintf("mooncake metadata-server: --port %d is not in 0..65535", port)}
+			}
+			poolTLS, _, err := tf.load("metadata-server")
+			if err != nil {
+				return err
 			}
 			ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 			if err != nil {
@@ -47,8 +55,15 @@ same protocol itself unless --enable_http_metadata_server=false.`,
 			mux.Handle("/metadata", httpmeta.NewHandler(memmeta.New()))
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 			served := make(chan error, 1)
-			go func() { served <- srv.Serve(ln) }()
-			fmt.Fprintf(os.Stderr, "mooncake metadata-server: serving http://%s/metadata\n", ln.Addr())
+			if poolTLS != nil {
+				srv.TLSConfig = poolTLS.Server()
+				srv.ErrorLog = log.New(os.Stderr, "mooncake metadata-server: ", 0)
+				go func() { served <- srv.ServeTLS(ln, "", "") }()
+				fmt.Fprintf(os.Stderr, "mooncake metadata-server: serving https://%s/metadata; %s\n", ln.Addr(), poolTLS)
+			} else {
+				go func() { served <- srv.Serve(ln) }()
+				fmt.Fprintf(os.Stderr, "mooncake metadata-server: serving http://%s/metadata\n", ln.Addr())
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			select {
@@ -67,5 +82,6 @@ same protocol itself unless --enable_http_metadata_server=false.`,
 	f := c.Flags()
 	f.StringVar(&host, "host", "0.0.0.0", "bind address")
 	f.IntVar(&port, "port", 8080, "port (0 = any free port, printed on stderr)")
+	tf.register(f, "serves https:// and requires client certificates", false, false)
 	return c
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/tlsconfig/tlstest"
 )
@@ -103,4 +107,32 @@ func TestTLSBadFiles(t *testing.T) {
 			assert.Contains(t, oneLine(t, r.stderr), tc.want)
 		})
 	}
+}
+
+// TestTLSMetadataServer: `mooncake metadata-server --tls-*` serves
+// https:// to clients with a certificate of its CA only.
+func TestTLSMetadataServer(t *testing.T) {
+	ca := tlstest.NewCA(t, "meta")
+	d, ready := startDaemon(t, append([]string{"metadata-server", "--host", "127.0.0.1", "--port", "0"}, tlsArgs(ca.Issue(t, "server"))...)...)
+	m := regexp.MustCompile(`serving (https://127\.0\.0\.1:\d+/metadata); mutual TLS`).FindStringSubmatch(ready)
+	require.NotNil(t, m, ready)
+	ctx := context.Background()
+	good, err := httpmeta.NewClient(m[1], httpmeta.WithTLSConfig(tlstest.Load(t, ca.Issue(t, "engine")).Client()))
+	require.NoError(t, err)
+	require.NoError(t, good.Put(ctx, "mooncake/ram/x", []byte(`{"name":"x"}`)))
+	got, err := good.Get(ctx, "mooncake/ram/x")
+	require.NoError(t, err)
+	assert.Equal(t, `{"name":"x"}`, string(got))
+	noCert, err := tlsconfig.LoadClient(tlsconfig.Files{CA: ca.File})
+	require.NoError(t, err)
+	bad, err := httpmeta.NewClient(m[1], httpmeta.WithTLSConfig(noCert.Client()))
+	require.NoError(t, err)
+	_, err = bad.Get(ctx, "mooncake/ram/x")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "requires a client certificate")
+	code, body := httpGet(t, "http://"+strings.TrimPrefix(m[1], "https://")+"?key=mooncake/ram/x")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "HTTP request to an HTTPS server")
+	d.stop(t)
+	assert.Contains(t, d.log(), "TLS handshake error", "refusals are logged")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/store"
 	"github.com/mooncake-go/mooncake/core/store/ha"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // Telling an operator that the master is not there, in their words rather
@@ -42,7 +43,9 @@ const (
 // Unavailable) or no answer came before the call's deadline (a hung or
 // overloaded master, or an etcd:// cluster with no leader). cause is a few
 // words for an operator: "connection refused", "no such host", "no master
-// leads the cluster ...", "no answer before the deadline", or the status
+// leads the cluster ...", "no answer before the deadline", a TLS failure
+// with what it means ("error reading server preface: EOF; TLS: the server
+// closed the connection at once: does it require TLS? ..."), or the status
 // message's last part. A master that answered with an error code (OBJECT_NOT_FOUND, a
 // standby's refusal) is not unreachable.
 func Unreachable(err error) (cause string, ok bool) {
@@ -58,7 +61,16 @@ func Unreachable(err error) (cause string, ok bool) {
 	default:
 		return "", false
 	}
-	msg := st.Message()
+	msg, hint, _ := strings.Cut(st.Message(), tlsconfig.HintSep)
+	if hint != "" {
+		// A TLS mismatch (tlsconfig.DialOptions): the raw cause, then
+		// what it means.
+		cause = msg
+		if i := strings.LastIndex(cause, "desc = "); i >= 0 {
+			cause = cause[i+len("desc = "):]
+		}
+		return strings.Trim(cause, `"`) + "; TLS: " + hint, true
+	}
 	if strings.Contains(msg, store.UnavailableInCurrentMode.String()) {
 		return "", false // a standby answered: it is there, and says who leads
 	}
