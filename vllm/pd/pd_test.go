@@ -113,7 +113,7 @@ func TestPushFailures(t *testing.T) {
 		{name: "ConsumerBlockOutOfRange", dst: []int{3, 16}, want: ErrInvalidArgument, wantInMsg: "outside [1, 16)"},
 		{name: "ConsumerBlockDuplicate", dst: []int{3, 3}, want: ErrInvalidArgument, wantInMsg: "twice"},
 		{name: "WrongEngine", dst: []int{3}, want: ErrBootstrap, wantInMsg: "not registered",
-			edit: func(p, c *Config) { c.BootstrapTimeout = 200 * time.Millisecond }},
+			edit: func(p, c *Config) { c.BootstrapTimeout = 2 * time.Second }},
 	}
 	for _, k := range cases {
 		t.Run(k.name, func(t *testing.T) {

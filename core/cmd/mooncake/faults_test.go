@@ -216,7 +216,7 @@ func TestCtlEtcdMaster(t *testing.T) {
 	assert.Equal(t, []string{"segments", "1"}, row(t, usage, "segments"))
 
 	// Another cluster on the same etcd has no leader: the line says so.
-	r := mooncake(t, 30*time.Second, "ctl", "--master", addr, "--cluster_id", "no_such_cluster", "--timeout", "1s", "usage")
+	r := mooncake(t, 30*time.Second, "ctl", "--master", addr, "--cluster_id", "no_such_cluster", "--timeout", "10s", "usage")
 	line := oneLine(t, r.stderr)
 	assert.Equal(t, 1, r.code, line)
 	assert.Equal(t, "mooncake ctl usage: cannot reach master "+addr+": no master leads the cluster (none is registered in etcd)", line)
