@@ -66,6 +66,30 @@ test-vllm-engine: lib build proxy
 	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/vllm
 
+# The engines' own Mooncake integrations on our pool, with our `mooncake`
+# package (compat/python + abi/python on build/libmooncake.so) in place of
+# upstream's, each in its cached engine environment (venv.sh; built once,
+# several minutes, ~6 GB). Logs: $(ENGINE_LOGS)/sglang, $(ENGINE_LOGS)/lmcache.
+# SGLang 0.5.23's own test_mooncake_store.py from the wheel, unchanged
+# (sha256 checked against the wheel's RECORD), on a master alone
+# (P2PHANDSHAKE, SGLang's docs' recipe) and on a master + storage node.
+.PHONY: test-sglang-mooncake test-lmcache-mooncake
+test-sglang-mooncake: lib build
+	@rm -rf $(ENGINE_LOGS)/sglang && mkdir -p $(ENGINE_LOGS)
+	venv=$$(integration-tests/engines/venv.sh sglang) && \
+	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/sglang
+
+# LMCache 0.5.6's built-in mooncakestore:// connector: KV chunks stored by
+# LMCache's StorageManager in one process, read back in a fresh one, both
+# of its data paths (put_parts/batch_get_buffer and zero-copy), pool bytes
+# checked.
+test-lmcache-mooncake: lib build
+	@rm -rf $(ENGINE_LOGS)/lmcache && mkdir -p $(ENGINE_LOGS)
+	venv=$$(integration-tests/engines/venv.sh lmcache) && \
+	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/lmcache
+
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the
 # connector's load/save GB/s vs. the raw store client for the same objects.
@@ -123,6 +147,8 @@ test-upstream-store: lib venv build
 test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) test-vllm-engine
+	$(MAKE) test-sglang-mooncake
+	$(MAKE) test-lmcache-mooncake
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...

@@ -1,4 +1,4 @@
-"""mcrig: what every real-engine test shares (vLLM now; SGLang, LMCache and
+"""mcrig: what every real-engine test shares (vLLM, SGLang and LMCache;
 NIXL later).
 
 The tests run inside the engine's cached virtual environment (venv.sh)
@@ -33,6 +33,11 @@ ENGINES = REPO / "integration-tests" / "engines"
 # (abi/python) and each adapter's mooncake_go.<engine> (<engine>/python).
 PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python"]
 
+# The upstream-compatible top-level `mooncake` package (mooncake.store,
+# mooncake.engine) that the engines' own Mooncake integrations import:
+# child_env(compat=True) puts it first on PYTHONPATH.
+COMPAT_PYTHON = REPO / "compat" / "python"
+
 
 def mooncake_bin():
     return os.environ.get("MC_MOONCAKE_BIN") or str(REPO / "bin" / "mooncake")
@@ -42,13 +47,15 @@ def lib_path():
     return os.environ.get("MOONCAKE_GO_LIB") or str(REPO / "build" / "libmooncake.so")
 
 
-def child_env(extra=None, drop=()):
+def child_env(extra=None, drop=(), compat=False):
     """The environment of an engine process: mooncake_go importable from
-    the source tree, the library pinned, PYTHONHASHSEED fixed (instances
-    only share blocks when they hash alike), plus extra; names in drop and
-    names whose value in extra is None are removed."""
+    the source tree (and, with compat, our `mooncake` package in front),
+    the library pinned, PYTHONHASHSEED fixed (instances only share blocks
+    when they hash alike), plus extra; names in drop and names whose value
+    in extra is None are removed."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in PYTHON_DIRS] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    dirs = ([COMPAT_PYTHON] if compat else []) + PYTHON_DIRS
+    env["PYTHONPATH"] = os.pathsep.join([str(p) for p in dirs] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["MOONCAKE_GO_LIB"] = lib_path()
     env.setdefault("PYTHONHASHSEED", "0")
     env.update(extra or {})
@@ -226,6 +233,48 @@ class Pool:
             p.stop()
 
 
+def unchanged_file(dist, relpath):
+    """The absolute path of relpath (e.g. "sglang/srt/.../test_x.py") as
+    installed by distribution dist, after checking its bytes against the
+    sha256 the wheel's RECORD lists for it: a test that says it runs an
+    engine's own file unchanged proves it. AssertionError naming the file
+    when it is missing, unlisted or modified."""
+    import base64
+    from importlib import metadata
+
+    d = metadata.distribution(dist)
+    for f in d.files or ():
+        if str(f) == relpath:
+            path = pathlib.Path(f.locate()).resolve()
+            if f.hash is None or f.hash.mode != "sha256":
+                raise AssertionError(f"{dist} {d.version}: RECORD lists no sha256 for {relpath}")
+            if not path.is_file():
+                raise AssertionError(f"{dist} {d.version}: {path} is not installed")
+            got = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+            if got != f.hash.value:
+                raise AssertionError(f"{dist} {d.version}: {path} differs from the wheel (sha256 {got}, RECORD {f.hash.value})")
+            return str(path)
+    raise AssertionError(f"{dist} {d.version}: {relpath} is not in the wheel's RECORD")
+
+
+def no_upstream_mooncake(python=sys.executable):
+    """Asserts that python's environment, without our PYTHONPATH, has no
+    `mooncake` package and no mooncake* distribution (upstream's
+    mooncake-transfer-engine*): the engines' `import mooncake.store` can
+    then only find ours."""
+    probe = ("import importlib.util, json\nfrom importlib import metadata\n"
+             "s = importlib.util.find_spec('mooncake')\n"
+             "print(json.dumps([s and s.origin, sorted(d.metadata['Name'] for d in metadata.distributions()"
+             " if d.metadata['Name'].lower().startswith('mooncake'))]))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, timeout=120, cwd="/")
+    if r.returncode != 0:
+        raise AssertionError(f"probing {python} failed: {r.stderr[-2000:]}")
+    origin, dists = json.loads(r.stdout.strip().splitlines()[-1])
+    if origin or dists:
+        raise AssertionError(f"{python}'s environment has upstream's mooncake: package at {origin}, distributions {dists}")
+
+
 # A tiny Llama: 4 layers, 2 KV heads of 64 (bfloat16), 4096-token vocab:
 # fast enough that a vLLM process on 2 cores generates in under a second.
 TINY_LLAMA = dict(
@@ -270,6 +319,6 @@ def tiny_llama(python, config=None, seed=0, timeout=600):
     return str(path)
 
 
-__all__ = ["REPO", "ENGINES", "Pool", "Proc", "child_env", "free_port", "lib_path", "mooncake_bin", "tiny_llama", "wait_until", "TINY_LLAMA"]
+__all__ = ["REPO", "ENGINES", "COMPAT_PYTHON", "Pool", "Proc", "child_env", "free_port", "lib_path", "mooncake_bin", "no_upstream_mooncake", "tiny_llama", "unchanged_file", "wait_until", "TINY_LLAMA"]
 if __name__ == "__main__":  # python mcrig.py: print the paths it would use
     print(json.dumps({"repo": str(REPO), "bin": mooncake_bin(), "lib": lib_path(), "python": sys.executable}))
