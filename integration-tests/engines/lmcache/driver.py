@@ -24,8 +24,10 @@ reason otherwise.
 
 import hashlib
 import json
+import os
 import sys
 import time
+import traceback
 
 import torch
 from lmcache.utils import CacheEngineKey
@@ -43,9 +45,23 @@ REMOTE = "RemoteBackend"
 DEADLINE_S = 60
 
 
+_managers = []  # open StorageManagers, closed by fail()
+
+
 def fail(msg):
+    """Prints the failure summary and exits 1. The managers are closed
+    first (best effort), then the process leaves with os._exit: a
+    StorageManager's event-loop thread is not a daemon and would keep a
+    plain exit waiting."""
     print(json.dumps({"ok": False, "error": msg}), flush=True)
-    sys.exit(1)
+    for sm in _managers:
+        try:
+            sm.close()
+        except Exception:  # noqa: BLE001 - already failing; the summary is out
+            pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def metadata(model):
@@ -78,6 +94,7 @@ def open_manager(config_path, model):
     if not str(config.remote_url or "").startswith("mooncakestore://"):
         fail(f"{config_path}: remote_url {config.remote_url!r} is not a mooncakestore:// URL")
     sm = StorageManager(config, metadata(model), EventManager())
+    _managers.append(sm)
     backend = sm.storage_backends.get(REMOTE)
     if backend is None or backend.connection is None:
         fail(f"LMCache made no connected {REMOTE} (backends {list(sm.storage_backends)}); see its log above")
@@ -156,7 +173,11 @@ def main(argv):
         return 2
     with open(argv[3]) as f:
         plan = json.load(f)
-    out = (put if argv[1] == "put" else get)(argv[2], plan)
+    try:
+        out = (put if argv[1] == "put" else get)(argv[2], plan)
+    except Exception:  # noqa: BLE001 - any LMCache error is a failed check, reported with its trace
+        traceback.print_exc()
+        fail(f"{argv[1]} raised: {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
     print(json.dumps(out), flush=True)
     return 0
 
