@@ -22,9 +22,15 @@ Two ways to deploy it:
   objects SGLang stored must then be on the node, exactly as many as the
   test writes, after the SGLang process has exited.
 
+The bundled test never takes SGLang's multi-buffer calls nor its
+extra_config route; driver.py drives SGLang's real MooncakeStore through
+both (an MLA host pool in layer_first layout), writer and reader in two
+processes.
+
 Run by `make test-sglang-mooncake` (part of `make test`).
 """
 
+import json
 import os
 import pathlib
 import re
@@ -150,5 +156,43 @@ def test_sglang_own_test_on_storage_node(upstream_test, workdir):
         assert not odd, odd[:4]
         assert len(warm) == STORES and set(warm.values()) == {4096}, warm
         assert len(other) == 1 and set(other.values()) == {4096}, other  # the single-key case's uuid key
+    finally:
+        pool.stop()
+
+
+def run_driver(op, extra, workdir):
+    log = workdir / f"driver-{op}.log"
+    env = mcrig.child_env({"MC_TCP_BIND_ADDRESS": "127.0.0.1"}, compat=True)
+    proc = mcrig.Proc([sys.executable, str(HERE / "driver.py"), op, json.dumps(extra)], log, env=env, name=f"sglang driver {op}")
+    rc = proc.wait(RUN_TIMEOUT)
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("{")]
+    summary = json.loads(lines[-1]) if lines else {}
+    assert rc == 0 and summary.get("ok"), f"driver {op} exited {rc}: {summary.get('error')}\n--- {log} ---\n{proc.tail(60)}"
+    return summary
+
+
+def test_sglang_store_multi_buffer_from_extra_config(workdir):
+    """SGLang's MooncakeStore configured from extra_config (prefixed keys)
+    on an MLA layer_first host pool: batch_put_from_multi_buffers /
+    batch_get_into_multi_buffers, a fresh process reads every page back,
+    and the pool holds one object per page, on the node, of all layers."""
+    pool = mcrig.Pool(workdir / "pool-multi", nodes=(("sglnode", "64MiB"),), master_args=MASTER_ARGS)
+    try:
+        extra = {
+            "master_server_address": pool.master, "metadata_server": pool.metadata, "protocol": "tcp",
+            "global_segment_size": 0, "local_hostname": "127.0.0.1", "extra_backend_tag": "mcgo",
+        }
+        try:
+            put = run_driver("set", extra, workdir)
+            assert put["prefix"] == "mcgo_tiny-llama-mla", put
+            keys = pool.keys()
+            pages = {k: v for k, v in keys.items() if k.startswith("mcgo_tiny-llama-mla_page")}
+            # One object per page holding its 3 layers (3 x 512 bytes), MLA
+            # key shape <prefix>_<page>__k, plus the store's warm-up key.
+            assert sorted(pages) == [f"mcgo_tiny-llama-mla_page{i:03d}__k" for i in range(12)], sorted(keys)
+            assert set(pages.values()) == {3 * 512}, pages
+            run_driver("get", extra, workdir)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{pool.tails()}") from None
     finally:
         pool.stop()
