@@ -69,7 +69,7 @@ test-vllm-engine: lib build proxy
 # The engines' own Mooncake integrations on our pool, with our `mooncake`
 # package (compat/python + abi/python on build/libmooncake.so) in place of
 # upstream's, each in its cached engine environment (venv.sh; built once,
-# several minutes, ~6 GB). Logs: $(ENGINE_LOGS)/sglang, $(ENGINE_LOGS)/lmcache.
+# several minutes, 6-8 GB). Logs: $(ENGINE_LOGS)/sglang, $(ENGINE_LOGS)/lmcache.
 # SGLang 0.5.23's own test_mooncake_store.py from the wheel, unchanged
 # (sha256 checked against the wheel's RECORD), on a master alone
 # (P2PHANDSHAKE, SGLang's docs' recipe) and on a master + storage node.
