@@ -4,9 +4,11 @@
 // buffer (BatchGetInto) and writes the missed ones (BatchPutFrom). Block
 // bytes are a deterministic function of the hash id (a prefix of one
 // pseudo-random stream per id, so any length verifies), and every read is
-// checked. Alongside, an offline LRU over blocks with the same capacity in
-// tokens (core/store/policy) gives the bound the pool's hit ratio is judged
-// against.
+// checked. Alongside, two offline figures judge the pool's hit ratio
+// (core/store/policy): the "LRU reference", an LRU over blocks with the
+// same capacity in tokens, and the "OPT bound", Belady's optimum with
+// bypass over the same capacity in whole 512-token blocks, which no
+// eviction policy can beat.
 //
 // Concurrency: Run issues one request at a time (the order decides what is
 // cached); it is not safe to call Run on one Replayer concurrently.

@@ -22,7 +22,7 @@ type Config struct {
 	// n*BytesPerToken bytes. Required (> 0).
 	BytesPerToken int64
 	// CapacityTokens is the pool capacity expressed in tokens, used for the
-	// offline LRU bound (and reported). Required (> 0).
+	// offline LRU reference and OPT bound (and reported). Required (> 0).
 	CapacityTokens int64
 	// Speed scales arrival times: 0 = as fast as possible; 1 = real time
 	// from the timestamps; 2 = twice as fast.
@@ -65,8 +65,17 @@ type Report struct {
 	CapacityTokens    int64   `json:"capacity_tokens"`
 	BytesPerToken     int64   `json:"bytes_per_token"`
 	PoolBytes         uint64  `json:"pool_bytes"`
-	LRUBlockHitRatio  float64 `json:"lru_bound_block_hit_ratio"`
-	LRUTokenHitRatio  float64 `json:"lru_bound_token_hit_ratio"`
+	// LRU reference: an offline LRU over blocks with CapacityTokens of
+	// room (policy.LRUBound), what upstream's eviction would reach
+	// without eviction batches, leases or allocator slack.
+	LRURefBlockHitRatio float64 `json:"lru_reference_block_hit_ratio"`
+	LRURefTokenHitRatio float64 `json:"lru_reference_token_hit_ratio"`
+	// OPT bound: the offline optimum of block hits with
+	// CapacityTokens/512 whole-block slots (policy.OPT: Belady with
+	// bypass); no policy holding that many blocks hits more blocks. The
+	// token figure is the tokens of those same hits, not an optimum.
+	OPTBlockHitRatio float64 `json:"opt_bound_block_hit_ratio"`
+	OPTTokenHitRatio float64 `json:"opt_bound_token_hit_ratio"`
 }
 
 // ErrNoRequests is Run's error for an empty request list (an empty
@@ -153,6 +162,8 @@ func (r *runner) run(ctx context.Context, reqs []trace.Request) (Report, error) 
 	}
 	rep := r.rep
 	rep.ElapsedS = time.Since(start).Seconds()
+	o := optBound(reqs, r.cfg.CapacityTokens)
+	rep.OPTBlockHitRatio, rep.OPTTokenHitRatio = o.BlockHitRatio, o.TokenHitRatio
 	if rep.BlocksTotal > 0 {
 		rep.BlockHitRatio = float64(rep.BlocksHit) / float64(rep.BlocksTotal)
 	}
@@ -169,8 +180,17 @@ func (r *runner) run(ctx context.Context, reqs []trace.Request) (Report, error) 
 	rep.GetP50ms, rep.GetP99ms = pct(r.gets, 0.50), pct(r.gets, 0.99)
 	rep.LookupP50ms = pct(r.lookups, 0.50)
 	b := r.bound.Result()
-	rep.LRUBlockHitRatio, rep.LRUTokenHitRatio = b.BlockHitRatio, b.TokenHitRatio
+	rep.LRURefBlockHitRatio, rep.LRURefTokenHitRatio = b.BlockHitRatio, b.TokenHitRatio
 	return rep, err
+}
+
+// optBound is policy.OPT over reqs with capacityTokens/512 block slots.
+func optBound(reqs []trace.Request, capacityTokens int64) policy.BoundResult {
+	ids := make([][]uint64, len(reqs))
+	for i, q := range reqs {
+		ids[i] = q.HashIDs
+	}
+	return policy.OPT(ids, func(t, i int) int { return reqs[t].BlockTokens(i) }, capacityTokens/trace.BlockTokens)
 }
 
 // pct is the p-quantile (nearest rank) of ds in milliseconds; 0 when empty.

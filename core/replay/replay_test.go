@@ -218,11 +218,11 @@ func TestRunMatchesOfflineBound(t *testing.T) {
 	}
 
 	wantBlock, wantToken := naiveBound(reqs, capacity)
-	if rep.LRUBlockHitRatio != wantBlock || rep.LRUTokenHitRatio != wantToken {
-		t.Errorf("LRU bound %v blocks, %v tokens; naive reference %v, %v", rep.LRUBlockHitRatio, rep.LRUTokenHitRatio, wantBlock, wantToken)
+	if rep.LRURefBlockHitRatio != wantBlock || rep.LRURefTokenHitRatio != wantToken {
+		t.Errorf("LRU reference %v blocks, %v tokens; naive reference %v, %v", rep.LRURefBlockHitRatio, rep.LRURefTokenHitRatio, wantBlock, wantToken)
 	}
-	if d := math.Abs(rep.BlockHitRatio - rep.LRUBlockHitRatio); d > 0.05 {
-		t.Errorf("block hit ratio %v is %v from the bound %v", rep.BlockHitRatio, d, rep.LRUBlockHitRatio)
+	if d := math.Abs(rep.BlockHitRatio - rep.LRURefBlockHitRatio); d > 0.05 {
+		t.Errorf("block hit ratio %v is %v from the bound %v", rep.BlockHitRatio, d, rep.LRURefBlockHitRatio)
 	}
 
 	if rep.ElapsedS <= 0 || rep.WriteGBps <= 0 || rep.ReadGBps <= 0 {
@@ -290,8 +290,8 @@ func TestRunEvictsAndStillVerifies(t *testing.T) {
 		t.Errorf("bytes read %d < hit tokens %d * %d", rep.BytesRead, rep.TokensHit, bytesPerToken)
 	}
 	wantBlock, wantToken := naiveBound(reqs, capacity)
-	if rep.LRUBlockHitRatio != wantBlock || rep.LRUTokenHitRatio != wantToken {
-		t.Errorf("LRU bound %v blocks, %v tokens; naive reference %v, %v", rep.LRUBlockHitRatio, rep.LRUTokenHitRatio, wantBlock, wantToken)
+	if rep.LRURefBlockHitRatio != wantBlock || rep.LRURefTokenHitRatio != wantToken {
+		t.Errorf("LRU reference %v blocks, %v tokens; naive reference %v, %v", rep.LRURefBlockHitRatio, rep.LRURefTokenHitRatio, wantBlock, wantToken)
 	}
 }
 
@@ -324,5 +324,33 @@ func TestRunRejectsEmptyTrace(t *testing.T) {
 		require.ErrorIs(t, err, replay.ErrNoRequests)
 		assert.Contains(t, err.Error(), "empty trace")
 		assert.Zero(t, rep.Requests)
+	}
+}
+
+// TestPoolNeverAboveOPT replays the start of both FAST'25 traces on the
+// in-process pool at several capacities: the pool's block hit ratio lies
+// in [0, OPT bound], and the LRU reference does too.
+func TestPoolNeverAboveOPT(t *testing.T) {
+	for _, tc := range []struct {
+		file  string
+		limit int
+	}{{"traces/conversation_trace.jsonl", 400}, {"traces/synthetic_trace.jsonl", 250}} {
+		reqs, err := trace.ReadFile(tc.file, tc.limit)
+		require.NoError(t, err)
+		for _, capacity := range []int64{20_000, 200_000} {
+			t.Run(fmt.Sprintf("%s/%d", tc.file, capacity), func(t *testing.T) {
+				_, c := startPool(t, capacity)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				rep, err := replay.Run(ctx, c, reqs, replay.Config{BytesPerToken: bytesPerToken, CapacityTokens: capacity})
+				require.NoError(t, err)
+				t.Logf("pool %.4f, LRU reference %.4f, OPT bound %.4f", rep.BlockHitRatio, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
+				assert.Greater(t, rep.OPTBlockHitRatio, 0.0)
+				assert.GreaterOrEqual(t, rep.BlockHitRatio, 0.0)
+				assert.LessOrEqual(t, rep.BlockHitRatio, rep.OPTBlockHitRatio)
+				assert.LessOrEqual(t, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
+				assert.Zero(t, rep.ContentMismatches)
+			})
+		}
 	}
 }

@@ -96,7 +96,7 @@ var jsonKeys = []string{
 	"requests", "blocks_total", "blocks_hit", "block_hit_ratio", "token_hit_ratio",
 	"requests_with_hit", "bytes_written", "bytes_read", "elapsed_s", "write_gbps", "read_gbps",
 	"put_p50_ms", "put_p99_ms", "get_p50_ms", "get_p99_ms", "evicted_objects",
-	"content_mismatches", "capacity_tokens", "lru_bound_block_hit_ratio", "lru_bound_token_hit_ratio",
+	"content_mismatches", "capacity_tokens", "lru_reference_block_hit_ratio", "lru_reference_token_hit_ratio",
 }
 
 // report decodes stdout, which must be exactly one JSON object on one
@@ -152,10 +152,10 @@ func TestReplayJSONEmbeddedTrace(t *testing.T) {
 		t.Errorf("implausible report: %v", rep)
 	}
 	// The first 50 lines fit the 3M-token pool many times over, so the
-	// pool matches the LRU bound exactly.
-	if rep["block_hit_ratio"] != rep["lru_bound_block_hit_ratio"] || rep["token_hit_ratio"] != rep["lru_bound_token_hit_ratio"] {
+	// pool matches the LRU reference exactly.
+	if rep["block_hit_ratio"] != rep["lru_reference_block_hit_ratio"] || rep["token_hit_ratio"] != rep["lru_reference_token_hit_ratio"] {
 		t.Errorf("hit ratios %v/%v differ from the bound %v/%v with no eviction", rep["block_hit_ratio"],
-			rep["token_hit_ratio"], rep["lru_bound_block_hit_ratio"], rep["lru_bound_token_hit_ratio"])
+			rep["token_hit_ratio"], rep["lru_reference_block_hit_ratio"], rep["lru_reference_token_hit_ratio"])
 	}
 }
 
@@ -164,7 +164,7 @@ func TestReplayHumanReport(t *testing.T) {
 	if r.code != 0 || r.stderr != "" {
 		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
 	}
-	for _, want := range []string{"offline LRU bound", "conversation_trace.jsonl (embedded) (5 requests)", "0 content mismatches"} {
+	for _, want := range []string{"LRU reference", "OPT bound", "conversation_trace.jsonl (embedded) (5 requests)", "0 content mismatches"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, r.stdout)
 		}

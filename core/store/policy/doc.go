@@ -7,6 +7,9 @@
 // tokens. It is deterministic: the same request sequence always gives the
 // same result.
 //
+// OPT is the offline optimum (Belady's MIN with bypass) of block prefix
+// hits for a cache of whole blocks: the bound no policy can beat.
+//
 // # Concurrency
 //
 // Values in this package do no I/O, start no goroutines and are not safe
