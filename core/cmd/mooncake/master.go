@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +31,7 @@ func masterCmd() *cobra.Command {
 		etcdEndpoints, clusterID, advertise       string
 		enableHA                                  bool
 		snapshotSeconds                           int64
-		strategy                                  string
+		strategy, evictPolicy                     string
 		softPinTTL                                int64
 		evictSoftPinned                           bool
 		enableOffload, offloadOnEvict             bool
@@ -59,6 +60,7 @@ one command runs a whole single-machine pool.`,
 					DefaultLeaseTTL:        time.Duration(leaseTTL) * time.Millisecond,
 					EvictionRatio:          evictRatio,
 					EvictionHighWatermark:  watermark,
+					EvictionPolicy:         evictPolicy,
 					ClientTTL:              time.Duration(clientTTL) * time.Second,
 					PutStartDiscardTimeout: time.Duration(discardTimeout) * time.Second,
 					PutStartReleaseTimeout: time.Duration(releaseTimeout) * time.Second,
@@ -145,6 +147,7 @@ one command runs a whole single-machine pool.`,
 	f.Int64Var(&leaseTTL, "default_kv_lease_ttl", 10000, "lease granted by each read, ms")
 	f.Float64Var(&evictRatio, "eviction_ratio", 0.05, "fraction of capacity freed per eviction pass, in (0,1]")
 	f.Float64Var(&watermark, "eviction_high_watermark_ratio", 0.90, "usage above which eviction runs (1.0 = only when an allocation fails)")
+	f.StringVar(&evictPolicy, "eviction_policy", master.PolicyLRU, "eviction order: "+strings.Join(master.EvictionPolicies(), "|")+" (lru: upstream's; s3fifo: S3-FIFO, SOSP'23, with prefix-aware tie-breaking within a batch)")
 	f.Int64Var(&clientTTL, "client_ttl", 10, "seconds a client stays alive without a heartbeat")
 	f.Int64Var(&discardTimeout, "put_start_discard_timeout_sec", 30, "age after which an unfinished put may be taken over, s")
 	f.Int64Var(&releaseTimeout, "put_start_release_timeout_sec", 600, "delay before a taken-over put's space is freed, s")

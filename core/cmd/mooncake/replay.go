@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/replay"
 	"github.com/mooncake-go/mooncake/core/replay/trace"
 	"github.com/mooncake-go/mooncake/core/replay/traces"
@@ -39,6 +41,28 @@ type replayFlags struct {
 	leaseTTL                                                   time.Duration
 	evictRatio, watermark                                      float64
 	tls                                                        tlsFlags
+	// poolTLS and etcdTLS are loaded from tls by runReplay.
+	poolTLS, etcdTLS *tlsconfig.Config
+	capacities, plotPath, policies                             string
+}
+
+// runResult is one run of a replay (one capacity, policy and routing) as
+// `--json` prints it: the replay.Report's fields plus what was run.
+type runResult struct {
+	replay.Report
+	Trace       string `json:"trace"`
+	Policy      string `json:"eviction_policy"` // "external" with --master: the master's own
+	Routing     string `json:"routing"`         // "none" for one instance
+	Instances   int    `json:"instances"`
+	LocalCaches bool   `json:"local_caches"`
+	PoolMode    string `json:"pool_mode"` // "in-process" or "external"
+	Nodes       int    `json:"nodes"`
+	// LeaseTTLms, EvictionRatio and Watermark are the in-process master's settings.
+	LeaseTTLms    float64 `json:"lease_ttl_ms"`
+	EvictionRatio float64 `json:"eviction_ratio"`
+	Watermark     float64 `json:"eviction_high_watermark"`
+	Speed         float64 `json:"speed"`
+	Limit         int     `json:"limit"`
 }
 
 // defaultCapacityTokens sizes the pool when neither --pool-size nor
@@ -71,7 +95,10 @@ func replayCmd() *cobra.Command {
 	fl.StringVar(&f.model, "model", "", "model geometry preset: "+fmt.Sprint(geometry.Names()))
 	fl.Float64Var(&f.speed, "speed", 0, "0 = as fast as possible; 1 = real time from the timestamps; X = X times real time")
 	fl.IntVar(&f.limit, "limit", 0, "replay only the first N requests (0 = all)")
-	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of the report")
+	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of the report (a list of them, one per run, for a sweep)")
+	fl.StringVar(&f.capacities, "capacities", "", "sweep: comma-separated capacities, tokens (500000, 0.5M, 3M) or sizes (512MiB, 4GiB), one in-process run each, one after another")
+	fl.StringVar(&f.plotPath, "plot", "", "sweep: draw block hit ratio vs capacity (one line per policy, the LRU reference and the OPT bound) into this PNG file")
+	fl.StringVar(&f.policies, "eviction-policy", "lru", "in-process master's eviction policy: "+strings.Join(master.EvictionPolicies(), "|")+"; a comma-separated list runs each (a sweep)")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 100*time.Millisecond, "in-process master: lease granted by each read (a replay at full speed touches thousands of blocks per second; a 10 s lease would pin the whole pool)")
 	fl.Float64Var(&f.evictRatio, "eviction-ratio", 0.05, "in-process master: fraction of capacity freed per eviction pass")
 	f.tls.register(fl, "to --master and its metadata server; without --master the in-process pool runs with it too", true, true)
@@ -124,11 +151,40 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 			return usage("--pool-size %s holds less than one token at %d B/token", f.poolSize, bpt)
 		}
 	}
-	if capTokens == 0 {
-		capTokens = defaultCapacityTokens
-	}
 	if capTokens < 0 {
 		return usage("--capacity-tokens %d must be > 0", capTokens)
+	}
+	sweep := cmd.Flags().Changed("capacities")
+	var caps []int64
+	if sweep {
+		if f.poolSize != "" || f.capacityTokens != 0 {
+			return usage("give --capacities, or one --pool-size / --capacity-tokens, not both")
+		}
+		if f.masterAddr != "" {
+			return usage("--capacities runs in-process pools; it cannot be used with --master")
+		}
+		var err error
+		if caps, err = parseCapacities(f.capacities, bpt); err != nil {
+			return usage("%v", err)
+		}
+	} else {
+		if capTokens == 0 {
+			capTokens = defaultCapacityTokens
+		}
+		caps = []int64{capTokens}
+	}
+	policies := strings.Split(f.policies, ",")
+	for i, p := range policies {
+		policies[i] = strings.TrimSpace(p)
+		if !slices.Contains(master.EvictionPolicies(), policies[i]) {
+			return usage("--eviction-policy item %d %q: unknown policy (want %s)", i+1, p, strings.Join(master.EvictionPolicies(), "|"))
+		}
+	}
+	if f.masterAddr != "" && cmd.Flags().Changed("eviction-policy") {
+		return usage("--eviction-policy sets the in-process master's policy; an external master has its own (mooncake master --eviction_policy)")
+	}
+	if f.plotPath != "" && f.jsonOut && f.plotPath == "-" {
+		return usage("--plot needs a file name")
 	}
 	if f.nodes <= 0 {
 		return usage("--nodes %d must be > 0", f.nodes)
@@ -145,17 +201,19 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	if f.evictRatio <= 0 || f.evictRatio > 1 || f.watermark <= 0 || f.watermark > 1 {
 		return usage("--eviction-ratio %v and --eviction-high-watermark %v must be in (0,1]", f.evictRatio, f.watermark)
 	}
-	if capTokens > math.MaxInt64/bpt {
-		return usage("%d tokens at %d B/token overflow", capTokens, bpt)
+	for _, c := range caps {
+		if c > math.MaxInt64/bpt {
+			return usage("%d tokens at %d B/token overflow", c, bpt)
+		}
 	}
-	poolBytes := capTokens * bpt
 	if f.masterAddr == "" {
 		// The in-process pool maps its memory here: refuse sizes this
 		// machine cannot hold instead of swapping or being killed.
 		// Half: the replay client's buffers and the kernel's page cache
-		// share the machine with the pool.
-		if err := checkMemory(fmt.Sprintf("an in-process pool of %d tokens at %d B/token", capTokens, bpt), poolBytes, availableMemory(), 0.5); err != nil {
-			return usage("%v; pass a smaller --pool-size or --capacity-tokens", err)
+		// share the machine with the pool. Sweep runs are one at a time.
+		big := slices.Max(caps)
+		if err := checkMemory(fmt.Sprintf("an in-process pool of %d tokens at %d B/token", big, bpt), big*bpt, availableMemory(), 0.5); err != nil {
+			return usage("%v; pass a smaller --pool-size, --capacity-tokens or --capacities", err)
 		}
 	}
 
@@ -188,50 +246,12 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		return usage("trace %s is empty: it holds no requests (one JSON object per line: timestamp, input_length, output_length, hash_ids)", name)
 	}
 
-	poolTLS, etcdTLS, err := f.tls.load("replay")
-	if err != nil {
+	if f.poolTLS, f.etcdTLS, err = f.tls.load("replay"); err != nil {
 		return err
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	// Pool: in-process or external.
-	var cl *client.Client
-	if f.masterAddr == "" {
-		seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
-		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, TLS: poolTLS, Master: master.Config{
-			DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark}})
-		if err != nil {
-			return &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
-		}
-		defer lc.Close()
-		if cl, err = lc.NewClient(ctx, client.Config{LocalHostname: "replay-client"}); err != nil {
-			return &exitError{1, "mooncake replay: " + err.Error()}
-		}
-	} else {
-		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr, poolTLS, etcdTLS)
-		if err != nil {
-			return metaExit("replay", err)
-		}
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second,
-			TLS: poolTLS, EtcdTLS: etcdTLS})
-		cancel()
-		if err != nil {
-			if _, ok := client.Unreachable(err); ok {
-				return masterExit("replay", f.masterAddr, err)
-			}
-			return &exitError{1, fmt.Sprintf("mooncake replay: cannot join the pool of master %s: %s", f.masterAddr, oneLineErr(err))}
-		}
-	}
-	defer cl.Close()
-	if f.masterAddr != "" && f.poolSize == "" && f.capacityTokens == 0 {
-		// The bound models the pool that is there, not the in-process default.
-		if st, err := cl.Stats(ctx); err == nil && int64(st.Capacity)/bpt > 0 {
-			capTokens = int64(st.Capacity) / bpt
-		}
-	}
 
 	// Keys are namespaced by trace and geometry, so replays of different
 	// traces against one pool do not read each other's blocks.
@@ -240,36 +260,141 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		traceName = filepath.Base(f.tracePath)
 	}
 	traceName = strings.TrimSuffix(strings.TrimSuffix(traceName, " (embedded)"), ".jsonl")
-	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed,
-		Namespace: fmt.Sprintf("mooncake-go/replay/%s/%dB/", traceName, bpt)}
+
+	type job struct {
+		capTokens int64
+		policy    string
+	}
+	var jobs []job
+	for _, p := range policies {
+		for _, c := range caps {
+			jobs = append(jobs, job{c, p})
+		}
+	}
+	var progress func(run, done int)
 	if term.IsTerminal(int(os.Stderr.Fd())) && !f.jsonOut {
-		bar := progressbar.NewOptions(len(reqs), progressbar.OptionSetWriter(os.Stderr),
+		bar := progressbar.NewOptions(len(reqs)*len(jobs), progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription("replay"), progressbar.OptionShowCount(),
 			progressbar.OptionShowIts(), progressbar.OptionSetItsString("req"),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
-		cfg.Progress = func(done, total int) { bar.Set(done) }
+		progress = func(run, done int) {
+			if done == 1 && len(jobs) > 1 {
+				bar.Describe(fmt.Sprintf("replay %d/%d (%s, %s tokens)", run+1, len(jobs), jobs[run].policy, formatTokens(jobs[run].capTokens)))
+			}
+			bar.Set(run*len(reqs) + done)
+		}
 		defer bar.Finish()
 	}
+	var results []runResult
+	var runErr error
+	for i, j := range jobs {
+		res, ran, err := replayOne(ctx, f, reqs, traceName, bpt, j.capTokens, j.policy, func(done int) {
+			if progress != nil {
+				progress(i, done)
+			}
+		})
+		if ran {
+			results = append(results, res)
+		}
+		if err != nil {
+			if !ran {
+				return err
+			}
+			runErr = err // report what ran, then fail
+			break
+		}
+	}
+
+	out := cmd.OutOrStdout()
+	if f.plotPath != "" {
+		title := fmt.Sprintf("%s: block hit ratio vs capacity (%d requests)", traceName, len(reqs))
+		if err := plotSweep(f.plotPath, title, results); err != nil {
+			return &exitError{1, "mooncake replay: --plot " + f.plotPath + ": " + err.Error()}
+		}
+	}
+	switch {
+	case f.jsonOut && len(results) == 1 && !sweep:
+		if err := json.NewEncoder(out).Encode(results[0]); err != nil {
+			return err
+		}
+	case f.jsonOut:
+		if err := json.NewEncoder(out).Encode(results); err != nil {
+			return err
+		}
+	case len(results) == 1 && !sweep:
+		printReport(out, f, results[0].Report, len(reqs))
+	default:
+		src := f.tracePath
+		if src == "" {
+			src = traces.ConversationName
+		}
+		printSweep(out, src, len(reqs), results)
+	}
+	return runErr
+}
+
+// replayOne replays reqs once against an in-process pool of capTokens
+// tokens run by policy, or against --master; progress gets the requests
+// done. ran reports whether the replay started (its result is worth
+// printing). A run that fails, or whose blocks could not be stored or
+// read back, is an *exitError.
+func replayOne(ctx context.Context, f replayFlags, reqs []trace.Request, traceName string, bpt, capTokens int64, policy string, progress func(done int)) (res runResult, ran bool, err error) {
+	res = runResult{Trace: traceName, Policy: policy, Routing: "none", Instances: 1, PoolMode: "in-process", Nodes: f.nodes,
+		LeaseTTLms: float64(f.leaseTTL) / float64(time.Millisecond), EvictionRatio: f.evictRatio, Watermark: f.watermark,
+		Speed: f.speed, Limit: f.limit}
+	poolBytes := capTokens * bpt
+	var cl *client.Client
+	if f.masterAddr == "" {
+		seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
+		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, TLS: f.poolTLS, Master: master.Config{
+			DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark, EvictionPolicy: policy}})
+		if err != nil {
+			return res, false, &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
+		}
+		defer lc.Close()
+		if cl, err = lc.NewClient(ctx, client.Config{LocalHostname: "replay-client"}); err != nil {
+			return res, false, &exitError{1, "mooncake replay: " + err.Error()}
+		}
+	} else {
+		res.PoolMode, res.Policy, res.Nodes = "external", "external", 0
+		res.LeaseTTLms, res.EvictionRatio, res.Watermark = 0, 0, 0
+		mc, err := openMetadata(ctx, f.metaURL, f.masterAddr, f.poolTLS, f.etcdTLS)
+		if err != nil {
+			return res, false, metaExit("replay", err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		cl, err = client.New(cctx, client.Config{MasterAddr: f.masterAddr, ClusterID: f.clusterID, Metadata: mc, Transport: tcp.New(tcp.Config{}), RPCTimeout: 10 * time.Second,
+			TLS: f.poolTLS, EtcdTLS: f.etcdTLS})
+		cancel()
+		if err != nil {
+			if _, ok := client.Unreachable(err); ok {
+				return res, false, masterExit("replay", f.masterAddr, err)
+			}
+			return res, false, &exitError{1, fmt.Sprintf("mooncake replay: cannot join the pool of master %s: %s", f.masterAddr, oneLineErr(err))}
+		}
+	}
+	defer cl.Close()
+	if f.masterAddr != "" && f.poolSize == "" && f.capacityTokens == 0 {
+		// The references model the pool that is there, not the in-process default.
+		if st, err := cl.Stats(ctx); err == nil && int64(st.Capacity)/bpt > 0 {
+			capTokens = int64(st.Capacity) / bpt
+		}
+	}
+	cfg := replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens, Speed: f.speed,
+		Namespace: fmt.Sprintf("mooncake-go/replay/%s/%dB/", traceName, bpt),
+		Progress:  func(done, total int) { progress(done) }}
 	rep, runErr := replay.Run(ctx, cl, reqs, cfg)
 	diskTier := false
 	if st, err := cl.Stats(context.Background()); err == nil {
 		rep.EvictedObjects, rep.PoolBytes = st.EvictedObjects, st.Capacity
 		diskTier = st.DiskCapacity > 0 || st.Offloads > 0
 	}
-	out := cmd.OutOrStdout()
-	if f.jsonOut {
-		enc := json.NewEncoder(out)
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		printReport(out, f, rep, len(reqs))
-	}
+	res.Report = rep
 	if runErr != nil {
 		if _, ok := client.Unreachable(runErr); ok && f.masterAddr != "" {
-			return &exitError{1, fmt.Sprintf("mooncake replay: %s (after %d of %d requests)", client.MasterError(f.masterAddr, runErr), rep.Requests, len(reqs))}
+			return res, true, &exitError{1, fmt.Sprintf("mooncake replay: %s (after %d of %d requests)", client.MasterError(f.masterAddr, runErr), rep.Requests, len(reqs))}
 		}
-		return &exitError{1, "mooncake replay: " + oneLineErr(runErr)}
+		return res, true, &exitError{1, "mooncake replay: " + oneLineErr(runErr)}
 	}
 	if rep.ContentMismatches > 0 || rep.PutFailures > 0 {
 		hint := "is the pool smaller than a request, or are its nodes unreachable?"
@@ -278,9 +403,9 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		} else if rep.PutNoHandle > 0 {
 			hint = fmt.Sprintf("%d refused with NO_AVAILABLE_HANDLE: is the pool smaller than a request, or is its DRAM held by readers' leases or pins?", rep.PutNoHandle)
 		}
-		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
+		return res, true, &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
 	}
-	return nil
+	return res, true, nil
 }
 
 func readAll(r *trace.Reader, limit int) ([]trace.Request, error) {

@@ -2,6 +2,7 @@ package master
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -28,6 +29,9 @@ type Config struct {
 	// default 0.90 (upstream --eviction_high_watermark_ratio). 1.0 disables
 	// proactive eviction (allocation failures still evict).
 	EvictionHighWatermark float64
+	// EvictionPolicy names the eviction order (evict.go): "lru" (the
+	// default, upstream's) or "s3fifo". Ours: upstream has only LRU.
+	EvictionPolicy string
 	// PutStartDiscardTimeout is the age after which an unfinished PutStart
 	// may be taken over by a new PutStart of the same key; default 30 s.
 	PutStartDiscardTimeout time.Duration
@@ -113,6 +117,9 @@ func (c *Config) defaults() {
 
 // Validate reports an out-of-range setting: INVALID_PARAMS naming it.
 func (c *Config) Validate() error {
+	if err := checkPolicy(c.EvictionPolicy); err != nil {
+		return err
+	}
 	if c.OffloadOnEvict && !c.EnableOffload {
 		return store.Errorf(store.InvalidParams, "offload_on_evict needs enable_offload")
 	}
@@ -289,7 +296,7 @@ type Master struct {
 	objects  *objTable
 	owners   owners    // writers of the objects in the table
 	epoch    time.Time // origin of the objects' time stamps (Master.stamp)
-	lru      object    // sentinel of the LRU ring
+	pol      evictor   // eviction order of the complete DRAM objects
 	clients  map[string]clientState
 	discards []discarded
 	capacity uint64
@@ -317,27 +324,24 @@ func New(cfg Config) (*Master, error) {
 	cfg.defaults()
 	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: newObjTable(), clients: map[string]clientState{},
 		nextID: 1, inflight: map[*tierTask]struct{}{}, epoch: cfg.Now()}
-	m.lru.prev, m.lru.next = &m.lru, &m.lru
+	if cfg.EvictionPolicy == PolicyS3FIFO {
+		m.pol = newS3FIFO(m)
+	} else {
+		l := &lruPolicy{}
+		l.r.init()
+		m.pol = l
+	}
 	return m, nil
 }
 
 // Config returns the effective configuration (defaults filled in).
 func (m *Master) Config() Config { return m.cfg }
 
-func (m *Master) lruRemove(o *object) {
-	if o.prev == nil {
-		return
-	}
-	o.prev.next, o.next.prev = o.next, o.prev
-	o.prev, o.next = nil, nil
-}
-
-func (m *Master) lruFront(o *object) {
-	m.lruRemove(o)
-	o.prev, o.next = &m.lru, m.lru.next
-	m.lru.next.prev = o
-	m.lru.next = o
-}
+// EndBatch ends a batch call: the keys of the calls since the last
+// EndBatch were one batch (one request's blocks in prefix order), which
+// prefix-aware eviction policies use to break ties (see PolicyS3FIFO).
+// The server calls it whenever it releases the master.
+func (m *Master) EndBatch() { m.pol.endBatch() }
 
 // checkKey is store.CheckKey: keys are any 1..MaxKeyLen bytes.
 func checkKey(key string) error { return store.CheckKey(key) }
@@ -573,13 +577,23 @@ const leaseEndScan = 4096
 // stops there (or after leaseEndScan objects, reporting none).
 func (m *Master) nextLeaseEnd(now time.Time) (time.Time, bool) {
 	n := 0
-	for o := m.lru.prev; o != &m.lru && n < leaseEndScan; o, n = o.prev, n+1 {
+	first, found := int64(math.MaxInt64), false
+	for o := range m.pol.order {
+		if n++; n > leaseEndScan {
+			break
+		}
 		if o.hardPin || !m.leased(o, now) {
 			continue
 		}
-		return m.timeOf(o.leaseUntil), true
+		first, found = min(first, o.leaseUntil), true
+		if _, lru := m.pol.(*lruPolicy); lru {
+			break // the least recently used leased object holds the first lease to end
+		}
 	}
-	return time.Time{}, false
+	if !found {
+		return time.Time{}, false
+	}
+	return m.timeOf(first), true
 }
 
 func (m *Master) putStart(client, key string, size uint64, cfg ReplicaConfig, until time.Time) ([]Replica, time.Time, bool, error) {
@@ -660,7 +674,7 @@ func (m *Master) PutEnd(client, key string) error {
 		return nil
 	}
 	o.complete = true
-	m.lruFront(o)
+	m.pol.insert(o)
 	m.refreshSoftPin(o)
 	m.observeCommitted(o)
 	if !m.cfg.OffloadOnEvict {
@@ -708,12 +722,14 @@ func (m *Master) GetReplicaList(key string) ([]Replica, time.Duration, error) {
 
 // grant leases o; a use for LRU when o is in DRAM.
 func (m *Master) grant(o *object) {
-	until := m.stamp(m.cfg.Now().Add(m.cfg.DefaultLeaseTTL))
+	now := m.cfg.Now()
+	fresh := !m.leased(o, now)
+	until := m.stamp(now.Add(m.cfg.DefaultLeaseTTL))
 	if until > o.leaseUntil {
 		o.leaseUntil = until
 	}
 	if o.nreps() > 0 {
-		m.lruFront(o)
+		m.pol.use(o, fresh)
 	}
 	m.refreshSoftPin(o)
 }
@@ -727,6 +743,7 @@ func (m *Master) ExistKey(key string) (bool, error) {
 	}
 	o := m.objects.get(key)
 	if o == nil || !o.complete {
+		m.pol.missed()
 		return false, nil
 	}
 	m.grant(o)

@@ -431,7 +431,7 @@ func (p *propRun) checkInvariants(i int, op string) {
 	}
 	// The LRU ring holds exactly the complete objects.
 	var lruN uint64
-	for o := m.lru.next; o != &m.lru; o = o.next {
+	for o := range m.pol.order {
 		if !o.complete || m.objects.get(o.key) != o {
 			fail("LRU holds %q (complete %v, in table %v)", o.key, o.complete, m.objects.get(o.key) == o)
 		}

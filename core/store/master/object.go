@@ -28,11 +28,11 @@ import (
 //     their entries are gone, since Go maps and slices never shrink by
 //     themselves.
 
-// object is one key's value: its metadata, replicas and LRU links.
+// object is one key's value: its metadata, replicas and eviction links.
 type object struct {
 	key        string
 	size       uint64
-	prev, next *object // LRU list (complete objects in DRAM only); head.next is most recent
+	prev, next *object // eviction policy's queue (complete objects in DRAM only); head.next is the newest
 
 	// seg and off are the object's DRAM replica when it has exactly one
 	// and that one is contiguous (x.reps is then nil); seg is nil when x
@@ -53,8 +53,16 @@ type object struct {
 	owner            uint32 // the writer, an index into Master.owners
 	complete         bool
 	softPin, hardPin bool // ReplicaConfig.WithSoftPin / WithHardPin
-	noOffload        bool // an offload failed: do not try again
+	// bits: bit 0 noOffload (an offload failed: do not try again); the
+	// rest belong to the eviction policy (evict.go), so that a policy's
+	// per-object state costs no byte more.
+	bits uint8
 }
+
+const bitNoOffload = 1 << 0
+
+func (o *object) noOffload() bool { return o.bits&bitNoOffload != 0 }
+func (o *object) setNoOffload()   { o.bits |= bitNoOffload }
 
 // objectExtra holds the rarer parts of an object.
 type objectExtra struct {

@@ -56,22 +56,23 @@ func (m *Master) evict(now time.Time, target uint64) uint64 {
 	return freed
 }
 
-// evictPass walks the LRU list from its least recently used end, taking
+// evictPass walks the eviction policy's candidates (LRU: from the least
+// recently used end), taking
 // candidates whose soft pin state is soft (only those with a LOCAL_DISK
 // replica when diskOnly), until freed plus *queued reaches target.
 func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, queued *uint64) uint64 {
 	var freed uint64
-	for o := m.lru.prev; o != &m.lru && freed+*queued < target; {
-		prev := o.prev
+	for o := range m.pol.victims {
+		if freed+*queued >= target {
+			break
+		}
 		if !m.evictable(o, now) || m.softPinned(o, now) != soft || (diskOnly && o.disk() == nil) {
-			o = prev
 			continue
 		}
 		n := o.size * uint64(o.nreps())
 		if t := o.task(); t != nil {
 			if t.taken || t.evict {
-				o = prev // busy, or already on its way out
-				continue
+				continue // busy, or already on its way out
 			}
 			if t.kind == TaskOffload {
 				// A write-through offload not started yet: let it
@@ -81,7 +82,6 @@ func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, qu
 				t.pending = n
 				m.pendingFree += n
 				*queued += n
-				o = prev
 				continue
 			}
 			m.cancelTask(o, nil)
@@ -98,7 +98,6 @@ func (m *Master) evictPass(now time.Time, target uint64, soft, diskOnly bool, qu
 			m.countEviction(o)
 			m.free(o)
 		}
-		o = prev
 	}
 	return freed
 }

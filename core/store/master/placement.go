@@ -175,7 +175,7 @@ func (m *Master) dropReplicasOn(o *object, s *segment) {
 	case len(kept) == 0 && o.disk() == nil:
 		m.forget(o)
 	case len(kept) == 0:
-		m.lruRemove(o) // only on disk now
+		m.pol.remove(o) // only on disk now
 	}
 }
 
@@ -184,7 +184,7 @@ func (m *Master) dropReplicasOn(o *object, s *segment) {
 func (m *Master) forget(o *object) {
 	m.cancelTask(o, nil)
 	m.detachDisk(o)
-	m.lruRemove(o)
+	m.pol.remove(o)
 	if m.objects.get(o.key) != o {
 		return
 	}

@@ -190,7 +190,7 @@ func (m *Master) Dump() State {
 	for _, o := range diskOnly {
 		st.Objects = append(st.Objects, m.record(o))
 	}
-	for o := m.lru.prev; o != &m.lru; o = o.prev {
+	for o := range m.pol.order {
 		st.Objects = append(st.Objects, m.record(o))
 	}
 	return st
@@ -425,7 +425,7 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 			m.pinned.hard++
 		}
 		if o.nreps() > 0 {
-			m.lruFront(o)
+			m.pol.insert(o)
 		}
 		m.refreshSoftPin(o)
 	}

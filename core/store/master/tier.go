@@ -276,7 +276,7 @@ func (m *Master) detachDisk(o *object) {
 // tier. ok is false when offload is off, o is already on disk, failed to
 // offload before, or has a task.
 func (m *Master) offloadSource(o *object) (t *diskTier, src replica, ok bool) {
-	if !m.cfg.EnableOffload || !o.complete || o.disk() != nil || o.noOffload || o.task() != nil {
+	if !m.cfg.EnableOffload || !o.complete || o.disk() != nil || o.noOffload() || o.task() != nil {
 		return nil, replica{}, false
 	}
 	var one [1]replica
@@ -348,7 +348,7 @@ func (m *Master) dropMemory(o *object) {
 		m.freeReplica(o, r, nil)
 	}
 	o.dropReplicas()
-	m.lruRemove(o)
+	m.pol.remove(o)
 	m.observeUpdated(o)
 }
 
@@ -452,7 +452,7 @@ func (m *Master) CompleteTierTask(id, client string, r TaskResult) error {
 	if task.kind == TaskOffload {
 		if !r.OK {
 			m.stats.OffloadFailures++
-			o.noOffload = true
+			o.setNoOffload()
 			if task.evict && m.evictable(o, now) {
 				m.countEviction(o)
 				m.free(o)
@@ -595,7 +595,7 @@ func (m *Master) expireTasks(now time.Time) {
 		}
 		m.stats.TierTaskTimeouts++
 		if t.kind == TaskOffload {
-			t.o.noOffload = true
+			t.o.setNoOffload()
 		}
 		m.cancelTask(t.o, nil)
 	}

@@ -168,6 +168,7 @@ func (s *Server) Do(f func(m *master.Master)) {
 // unlock releases s.mu, first waking the tier waiters if the master's disk
 // tier tasks changed under it, and the space waiters if DRAM was freed.
 func (s *Server) unlock() {
+	s.mu.m.EndBatch() // one locked section is one batch for prefix tie-breaking
 	if v := s.mu.m.TierSeq(); v != s.mu.tierSeen {
 		s.mu.tierSeen = v
 		close(s.mu.tierCh)
