@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build replay test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store
+.PHONY: all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store
 
 all: build
 
@@ -17,6 +17,13 @@ build:
 # pool (master + 2 nodes over tcp on 127.0.0.1) and print the report.
 replay: build
 	./$(BIN) replay
+
+# Hit-ratio curves (README "Capacity planning"): both FAST'25 traces swept
+# over capacities with every eviction policy, drawn into docs/*.png with
+# the LRU reference and the OPT bound (about 5 minutes on 2 cores).
+replay-curves: build
+	./$(BIN) replay --capacities 0.5M,1M,3M,10M,30M --eviction-policy lru,s3fifo --plot docs/replay-conversation.png
+	./$(BIN) replay --trace core/replay/traces/synthetic_trace.jsonl --capacities 0.5M,1M,2M,3M,10M --eviction-policy lru,s3fifo --plot docs/replay-synthetic.png
 
 vet:
 	$(GO) vet ./...

@@ -10,6 +10,11 @@
 // bypass over the same capacity in whole 512-token blocks, which no
 // eviction policy can beat.
 //
+// RunRouted replays a trace over several engine instances (Replayers on
+// one shared pool, or each on its own), routing each request at random,
+// round-robin, to the least loaded instance or to the one caching its
+// longest prefix (Mooncake's Conductor), over a simple prefill-queue model.
+//
 // Concurrency: Run issues one request at a time (the order decides what is
-// cached); it is not safe to call Run on one Replayer concurrently.
+// cached); a Replayer is not safe for concurrent use.
 package replay

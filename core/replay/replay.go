@@ -88,58 +88,21 @@ var ErrNoRequests = errors.New("replay: no requests to replay (empty trace)")
 // replay and returns the report so far with the error. Per-block read and
 // write failures are counted, not fatal.
 func Run(ctx context.Context, c *client.Client, reqs []trace.Request, cfg Config) (Report, error) {
-	if cfg.BytesPerToken <= 0 {
-		return Report{}, fmt.Errorf("replay: bytes per token %d must be > 0", cfg.BytesPerToken)
-	}
-	if cfg.CapacityTokens <= 0 {
-		return Report{}, fmt.Errorf("replay: capacity %d tokens must be > 0", cfg.CapacityTokens)
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "mooncake-go/replay/" + strconv.FormatInt(cfg.BytesPerToken, 10) + "B/"
-	}
-	block := trace.BlockTokens * cfg.BytesPerToken
-	if cfg.BufferBytes <= 0 {
-		cfg.BufferBytes = max(64<<20, 2*block)
-	}
-	if cfg.BufferBytes < block {
-		return Report{}, fmt.Errorf("replay: buffer of %d bytes cannot hold one %d-byte block", cfg.BufferBytes, block)
-	}
 	if len(reqs) == 0 {
+		if err := cfg.check(); err != nil {
+			return Report{}, err
+		}
 		return Report{}, ErrNoRequests
 	}
-	buf, err := memory.Map(int(cfg.BufferBytes))
+	r, err := NewReplayer(ctx, c, cfg)
 	if err != nil {
 		return Report{}, err
 	}
-	defer buf.Close()
-	if err := c.RegisterBuffer(ctx, buf.Bytes()); err != nil {
-		return Report{}, err
-	}
-	defer c.UnregisterBuffer(context.Background(), buf.Bytes())
-
-	r := &runner{c: c, cfg: cfg, buf: buf.Bytes(), bound: policy.NewLRUBound(cfg.CapacityTokens)}
-	rep, err := r.run(ctx, reqs)
-	rep.CapacityTokens, rep.BytesPerToken = cfg.CapacityTokens, cfg.BytesPerToken
-	return rep, err
-}
-
-type runner struct {
-	c     *client.Client
-	cfg   Config
-	buf   []byte
-	bound *policy.LRUBound
-	rep   Report
-
-	puts, gets, lookups []time.Duration
-	putTime, getTime    time.Duration
-}
-
-func (r *runner) run(ctx context.Context, reqs []trace.Request) (Report, error) {
+	defer r.Close()
 	start := time.Now()
-	var err error
 	for i, q := range reqs {
-		if r.cfg.Speed > 0 {
-			due := start.Add(time.Duration(float64(q.Timestamp) / r.cfg.Speed * float64(time.Millisecond)))
+		if cfg.Speed > 0 {
+			due := start.Add(time.Duration(float64(q.Timestamp) / cfg.Speed * float64(time.Millisecond)))
 			if d := time.Until(due); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -152,36 +115,144 @@ func (r *runner) run(ctx context.Context, reqs []trace.Request) (Report, error) 
 		if err = ctx.Err(); err != nil {
 			break
 		}
-		if err = r.request(ctx, q); err != nil {
+		if _, err = r.Request(ctx, q); err != nil {
 			err = fmt.Errorf("replay: request %d: %w", i+1, err)
 			break
 		}
-		if r.cfg.Progress != nil {
-			r.cfg.Progress(i+1, len(reqs))
+		if cfg.Progress != nil {
+			cfg.Progress(i+1, len(reqs))
 		}
 	}
-	rep := r.rep
+	rep := Merge(r)
 	rep.ElapsedS = time.Since(start).Seconds()
-	o := optBound(reqs, r.cfg.CapacityTokens)
+	References(&rep, reqs[:rep.Requests], cfg.CapacityTokens)
+	return rep, err
+}
+
+// References fills in rep's LRU reference and OPT bound for reqs at
+// capacityTokens.
+func References(rep *Report, reqs []trace.Request, capacityTokens int64) {
+	l := policy.NewLRUBound(capacityTokens)
+	for _, q := range reqs {
+		l.Request(q.HashIDs, q.BlockTokens)
+	}
+	b := l.Result()
+	rep.LRURefBlockHitRatio, rep.LRURefTokenHitRatio = b.BlockHitRatio, b.TokenHitRatio
+	o := optBound(reqs, capacityTokens)
 	rep.OPTBlockHitRatio, rep.OPTTokenHitRatio = o.BlockHitRatio, o.TokenHitRatio
+}
+
+// check validates cfg and fills in its defaults.
+func (cfg *Config) check() error {
+	if cfg.BytesPerToken <= 0 {
+		return fmt.Errorf("replay: bytes per token %d must be > 0", cfg.BytesPerToken)
+	}
+	if cfg.CapacityTokens <= 0 {
+		return fmt.Errorf("replay: capacity %d tokens must be > 0", cfg.CapacityTokens)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "mooncake-go/replay/" + strconv.FormatInt(cfg.BytesPerToken, 10) + "B/"
+	}
+	block := trace.BlockTokens * cfg.BytesPerToken
+	if cfg.BufferBytes <= 0 {
+		cfg.BufferBytes = max(64<<20, 2*block)
+	}
+	if cfg.BufferBytes < block {
+		return fmt.Errorf("replay: buffer of %d bytes cannot hold one %d-byte block", cfg.BufferBytes, block)
+	}
+	return nil
+}
+
+// Replayer replays requests one at a time against a pool through one
+// client (one engine instance), keeping the totals. Not safe for
+// concurrent use.
+type Replayer struct {
+	c     *client.Client
+	cfg   Config
+	buf   []byte
+	close func()
+	rep   Report
+
+	puts, gets, lookups []time.Duration
+	putTime, getTime    time.Duration
+}
+
+// NewReplayer registers a read/write buffer of cfg.BufferBytes with c
+// (Close unregisters it). cfg.Speed and cfg.Progress are not used here.
+// Errors: invalid config; mapping or registering the buffer.
+func NewReplayer(ctx context.Context, c *client.Client, cfg Config) (*Replayer, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	buf, err := memory.Map(int(cfg.BufferBytes))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.RegisterBuffer(ctx, buf.Bytes()); err != nil {
+		buf.Close()
+		return nil, err
+	}
+	r := &Replayer{c: c, cfg: cfg, buf: buf.Bytes()}
+	r.close = func() {
+		c.UnregisterBuffer(context.Background(), buf.Bytes())
+		buf.Close()
+	}
+	return r, nil
+}
+
+// Close releases the buffer; the Replayer is unusable afterwards.
+func (r *Replayer) Close() {
+	if r.close != nil {
+		r.close()
+		r.close = nil
+	}
+}
+
+// Merge sums the totals of rs into one Report (ratios, throughput and
+// latency percentiles over all of them); elapsed time and the offline
+// references are left to the caller.
+func Merge(rs ...*Replayer) Report {
+	var rep Report
+	var puts, gets, lookups []time.Duration
+	var putTime, getTime time.Duration
+	for _, r := range rs {
+		x := r.rep
+		rep.Requests += x.Requests
+		rep.BlocksTotal += x.BlocksTotal
+		rep.BlocksHit += x.BlocksHit
+		rep.TokensTotal += x.TokensTotal
+		rep.TokensHit += x.TokensHit
+		rep.RequestsWithHit += x.RequestsWithHit
+		rep.BytesWritten += x.BytesWritten
+		rep.BytesRead += x.BytesRead
+		rep.ContentMismatches += x.ContentMismatches
+		rep.ReadFailures += x.ReadFailures
+		rep.LeaseExpired += x.LeaseExpired
+		rep.PutFailures += x.PutFailures
+		rep.PutNoHandle += x.PutNoHandle
+		puts, gets, lookups = append(puts, r.puts...), append(gets, r.gets...), append(lookups, r.lookups...)
+		putTime += r.putTime
+		getTime += r.getTime
+	}
+	if len(rs) > 0 {
+		rep.CapacityTokens, rep.BytesPerToken = rs[0].cfg.CapacityTokens, rs[0].cfg.BytesPerToken
+	}
 	if rep.BlocksTotal > 0 {
 		rep.BlockHitRatio = float64(rep.BlocksHit) / float64(rep.BlocksTotal)
 	}
 	if rep.TokensTotal > 0 {
 		rep.TokenHitRatio = float64(rep.TokensHit) / float64(rep.TokensTotal)
 	}
-	if r.putTime > 0 {
-		rep.WriteGBps = float64(rep.BytesWritten) / r.putTime.Seconds() / 1e9
+	if putTime > 0 {
+		rep.WriteGBps = float64(rep.BytesWritten) / putTime.Seconds() / 1e9
 	}
-	if r.getTime > 0 {
-		rep.ReadGBps = float64(rep.BytesRead) / r.getTime.Seconds() / 1e9
+	if getTime > 0 {
+		rep.ReadGBps = float64(rep.BytesRead) / getTime.Seconds() / 1e9
 	}
-	rep.PutP50ms, rep.PutP99ms = pct(r.puts, 0.50), pct(r.puts, 0.99)
-	rep.GetP50ms, rep.GetP99ms = pct(r.gets, 0.50), pct(r.gets, 0.99)
-	rep.LookupP50ms = pct(r.lookups, 0.50)
-	b := r.bound.Result()
-	rep.LRURefBlockHitRatio, rep.LRURefTokenHitRatio = b.BlockHitRatio, b.TokenHitRatio
-	return rep, err
+	rep.PutP50ms, rep.PutP99ms = pct(puts, 0.50), pct(puts, 0.99)
+	rep.GetP50ms, rep.GetP99ms = pct(gets, 0.50), pct(gets, 0.99)
+	rep.LookupP50ms = pct(lookups, 0.50)
+	return rep
 }
 
 // optBound is policy.OPT over reqs with capacityTokens/512 block slots.
@@ -205,10 +276,12 @@ func pct(ds []time.Duration, p float64) float64 {
 	return float64(s[i]) / float64(time.Millisecond)
 }
 
-func (r *runner) key(id uint64) string { return r.cfg.Namespace + strconv.FormatUint(id, 10) }
+func (r *Replayer) key(id uint64) string { return r.cfg.Namespace + strconv.FormatUint(id, 10) }
 
-// request replays one trace line.
-func (r *runner) request(ctx context.Context, q trace.Request) error {
+// Request replays one trace line: the longest cached prefix is looked
+// up, read and verified, the rest written. It returns the blocks hit.
+// Errors: the lookup failed (RPC); read and write failures are counted.
+func (r *Replayer) Request(ctx context.Context, q trace.Request) (hit int, err error) {
 	n := len(q.HashIDs)
 	keys := make([]string, n)
 	sizes := make([]int64, n)
@@ -218,12 +291,10 @@ func (r *runner) request(ctx context.Context, q trace.Request) error {
 		sizes[i] = int64(q.BlockTokens(i)) * r.cfg.BytesPerToken
 		tokens += int64(q.BlockTokens(i))
 	}
-	r.bound.Request(q.HashIDs, q.BlockTokens)
-
 	t0 := time.Now()
 	exist, err := r.c.BatchIsExist(ctx, keys)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	r.lookups = append(r.lookups, time.Since(t0))
 	prefix := 0
@@ -231,7 +302,6 @@ func (r *runner) request(ctx context.Context, q trace.Request) error {
 		prefix++
 	}
 
-	hit := 0
 	if prefix > 0 {
 		t := time.Now()
 		hit = r.read(ctx, q.HashIDs[:prefix], keys[:prefix], sizes[:prefix])
@@ -256,11 +326,11 @@ func (r *runner) request(ctx context.Context, q trace.Request) error {
 	if hit > 0 {
 		r.rep.RequestsWithHit++
 	}
-	return nil
+	return hit, nil
 }
 
 // chunks splits sizes into consecutive groups that fit the buffer.
-func (r *runner) chunks(sizes []int64, f func(lo, hi int) bool) {
+func (r *Replayer) chunks(sizes []int64, f func(lo, hi int) bool) {
 	for lo := 0; lo < len(sizes); {
 		hi, used := lo, int64(0)
 		for hi < len(sizes) && used+align(sizes[hi]) <= int64(len(r.buf)) {
@@ -278,7 +348,7 @@ func align(n int64) int64 { return (n + 63) &^ 63 }
 
 // read reads the hit prefix and returns how many leading blocks were read
 // and verified; blocks after the first failure count as misses.
-func (r *runner) read(ctx context.Context, ids []uint64, keys []string, sizes []int64) int {
+func (r *Replayer) read(ctx context.Context, ids []uint64, keys []string, sizes []int64) int {
 	good := 0
 	r.chunks(sizes, func(lo, hi int) bool {
 		dsts := make([][]byte, hi-lo)
@@ -309,7 +379,7 @@ func (r *runner) read(ctx context.Context, ids []uint64, keys []string, sizes []
 }
 
 // write stores the missed blocks.
-func (r *runner) write(ctx context.Context, ids []uint64, keys []string, sizes []int64) {
+func (r *Replayer) write(ctx context.Context, ids []uint64, keys []string, sizes []int64) {
 	r.chunks(sizes, func(lo, hi int) bool {
 		srcs := make([][]byte, hi-lo)
 		off := int64(0)

@@ -34,12 +34,18 @@ func TestMain(m *testing.M) { leakcheck.Main(m) }
 // at bytesPerToken and a client of it; both are closed at cleanup.
 func startPool(t *testing.T, capacityTokens int64) (*localcluster.Cluster, *client.Client) {
 	t.Helper()
+	return startPolicyPool(t, capacityTokens, "")
+}
+
+// startPolicyPool is startPool with the master's eviction policy.
+func startPolicyPool(t *testing.T, capacityTokens int64, policy string) (*localcluster.Cluster, *client.Client) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	const nodes = 2
 	seg := uint64((capacityTokens*bytesPerToken + nodes - 1) / nodes)
 	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: nodes, SegmentSize: seg, Master: master.Config{
-		DefaultLeaseTTL: 100 * time.Millisecond, EvictionHighWatermark: 1.0}})
+		DefaultLeaseTTL: 100 * time.Millisecond, EvictionHighWatermark: 1.0, EvictionPolicy: policy}})
 	if err != nil {
 		t.Fatalf("localcluster.Start: %v", err)
 	}
@@ -337,20 +343,96 @@ func TestPoolNeverAboveOPT(t *testing.T) {
 	}{{"traces/conversation_trace.jsonl", 400}, {"traces/synthetic_trace.jsonl", 250}} {
 		reqs, err := trace.ReadFile(tc.file, tc.limit)
 		require.NoError(t, err)
-		for _, capacity := range []int64{20_000, 200_000} {
-			t.Run(fmt.Sprintf("%s/%d", tc.file, capacity), func(t *testing.T) {
-				_, c := startPool(t, capacity)
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-				defer cancel()
-				rep, err := replay.Run(ctx, c, reqs, replay.Config{BytesPerToken: bytesPerToken, CapacityTokens: capacity})
-				require.NoError(t, err)
-				t.Logf("pool %.4f, LRU reference %.4f, OPT bound %.4f", rep.BlockHitRatio, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
-				assert.Greater(t, rep.OPTBlockHitRatio, 0.0)
-				assert.GreaterOrEqual(t, rep.BlockHitRatio, 0.0)
-				assert.LessOrEqual(t, rep.BlockHitRatio, rep.OPTBlockHitRatio)
-				assert.LessOrEqual(t, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
-				assert.Zero(t, rep.ContentMismatches)
-			})
+		for _, capacity := range []int64{60_000, 300_000} {
+			for _, policy := range master.EvictionPolicies() {
+				t.Run(fmt.Sprintf("%s/%d/%s", tc.file, capacity, policy), func(t *testing.T) {
+					_, c := startPolicyPool(t, capacity, policy)
+					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+					defer cancel()
+					rep, err := replay.Run(ctx, c, reqs, replay.Config{BytesPerToken: bytesPerToken, CapacityTokens: capacity})
+					require.NoError(t, err)
+					t.Logf("pool %.4f, LRU reference %.4f, OPT bound %.4f", rep.BlockHitRatio, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
+					assert.Greater(t, rep.OPTBlockHitRatio, 0.0)
+					assert.GreaterOrEqual(t, rep.BlockHitRatio, 0.0)
+					assert.LessOrEqual(t, rep.BlockHitRatio, rep.OPTBlockHitRatio)
+					assert.LessOrEqual(t, rep.LRURefBlockHitRatio, rep.OPTBlockHitRatio)
+					assert.Zero(t, rep.ContentMismatches)
+				})
+			}
 		}
 	}
+}
+
+// TestRunRouted replays the start of the conversation trace over three
+// instances: sharing one pool, the hit ratio does not depend on routing
+// and beats three local caches of a third each under random routing;
+// over local caches,
+// cache-aware routing beats random routing; random routing is the same
+// under the same seed.
+func TestRunRouted(t *testing.T) {
+	const capacity = 600_000
+	reqs := readTrace(t, 1500)
+	run := func(t *testing.T, routing string, local bool, seed uint64) replay.RoutedReport {
+		var insts []replay.Instance
+		if local {
+			for range 3 {
+				_, c := startPool(t, capacity/3)
+				insts = append(insts, replay.Instance{Client: c})
+			}
+		} else {
+			lc, c := startPool(t, capacity)
+			insts = append(insts, replay.Instance{Client: c})
+			for i := range 2 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				c2, err := lc.NewClient(ctx, client.Config{LocalHostname: fmt.Sprint("replay-test-instance-", i)})
+				cancel()
+				require.NoError(t, err)
+				t.Cleanup(func() { c2.Close() })
+				insts = append(insts, replay.Instance{Client: c2})
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		rep, err := replay.RunRouted(ctx, insts, reqs, replay.RouteConfig{
+			Config:  replay.Config{BytesPerToken: bytesPerToken, CapacityTokens: capacity},
+			Routing: routing, Seed: seed, Shared: !local})
+		require.NoError(t, err)
+		require.Equal(t, len(reqs), rep.Requests)
+		sum := 0
+		for _, n := range rep.InstanceRequests {
+			sum += n
+		}
+		require.Equal(t, len(reqs), sum)
+		assert.Zero(t, rep.ContentMismatches)
+		assert.LessOrEqual(t, rep.BlockHitRatio, rep.OPTBlockHitRatio)
+		t.Logf("%s local=%v: block hit ratio %.4f, per instance %v, mean queue %.2f s", routing, local, rep.BlockHitRatio, rep.InstanceRequests, rep.MeanQueueS)
+		return rep
+	}
+	globalRR := run(t, replay.RouteRoundRobin, false, 1)
+	globalRandom := run(t, replay.RouteRandom, false, 1)
+	assert.InDelta(t, globalRR.BlockHitRatio, globalRandom.BlockHitRatio, 0.01, "one shared pool: routing does not matter")
+	localRandom := run(t, replay.RouteRandom, true, 1)
+	localAware := run(t, replay.RouteCacheAware, true, 1)
+	// (On this short prefix cache-aware local caches can match the shared
+	// pool; the whole traces, in the README, put the shared pool ahead.)
+	assert.Greater(t, globalRandom.BlockHitRatio, localRandom.BlockHitRatio)
+	assert.Greater(t, localAware.BlockHitRatio, localRandom.BlockHitRatio)
+	again := run(t, replay.RouteRandom, true, 1)
+	assert.Equal(t, localRandom.InstanceRequests, again.InstanceRequests, "random routing is seeded")
+	other := run(t, replay.RouteRandom, true, 2)
+	assert.NotEqual(t, localRandom.InstanceRequests, other.InstanceRequests)
+
+	for _, tc := range []struct {
+		cfg  replay.RouteConfig
+		want string
+	}{
+		{replay.RouteConfig{Routing: "sticky", Config: replay.Config{BytesPerToken: 16, CapacityTokens: 1}}, `unknown routing "sticky"`},
+		{replay.RouteConfig{Routing: replay.RouteRandom, Config: replay.Config{BytesPerToken: 16, CapacityTokens: 1, Speed: 1}}, "speed 1 must be 0"},
+	} {
+		_, err := replay.RunRouted(context.Background(), []replay.Instance{{}}, reqs, tc.cfg)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+	_, err := replay.RunRouted(context.Background(), nil, reqs, replay.RouteConfig{Routing: replay.RouteRandom})
+	assert.ErrorContains(t, err, "no instances")
 }

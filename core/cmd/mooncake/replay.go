@@ -21,13 +21,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mooncake-go/mooncake/core/kvpool/geometry"
-	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/replay"
 	"github.com/mooncake-go/mooncake/core/replay/trace"
 	"github.com/mooncake-go/mooncake/core/replay/traces"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/localcluster"
 	"github.com/mooncake-go/mooncake/core/store/master"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
@@ -42,8 +42,11 @@ type replayFlags struct {
 	evictRatio, watermark                                      float64
 	tls                                                        tlsFlags
 	// poolTLS and etcdTLS are loaded from tls by runReplay.
-	poolTLS, etcdTLS *tlsconfig.Config
-	capacities, plotPath, policies                             string
+	poolTLS, etcdTLS                         *tlsconfig.Config
+	capacities, plotPath, policies, routings string
+	instances                                int
+	localCaches                              bool
+	seed                                     uint64
 }
 
 // runResult is one run of a replay (one capacity, policy and routing) as
@@ -63,6 +66,11 @@ type runResult struct {
 	Watermark     float64 `json:"eviction_high_watermark"`
 	Speed         float64 `json:"speed"`
 	Limit         int     `json:"limit"`
+	// With --instances > 1: requests per instance and the prefill queue
+	// requests met (replay.RoutedReport).
+	InstanceRequests []int   `json:"instance_requests,omitempty"`
+	MeanQueueS       float64 `json:"mean_queue_s,omitempty"`
+	MaxQueueS        float64 `json:"max_queue_s,omitempty"`
 }
 
 // defaultCapacityTokens sizes the pool when neither --pool-size nor
@@ -98,6 +106,10 @@ func replayCmd() *cobra.Command {
 	fl.BoolVar(&f.jsonOut, "json", false, "print one JSON object instead of the report (a list of them, one per run, for a sweep)")
 	fl.StringVar(&f.capacities, "capacities", "", "sweep: comma-separated capacities, tokens (500000, 0.5M, 3M) or sizes (512MiB, 4GiB), one in-process run each, one after another")
 	fl.StringVar(&f.plotPath, "plot", "", "sweep: draw block hit ratio vs capacity (one line per policy, the LRU reference and the OPT bound) into this PNG file")
+	fl.IntVar(&f.instances, "instances", 1, "engine instances the trace is routed over (in-process pools only); they share one pool of the capacity, or see --local-caches")
+	fl.StringVar(&f.routings, "routing", replay.RouteCacheAware, "with --instances > 1: "+strings.Join(replay.Routings(), "|")+"; a comma-separated list runs each")
+	fl.BoolVar(&f.localCaches, "local-caches", false, "with --instances N: each instance has its own pool of capacity/N instead of sharing one")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of --routing random")
 	fl.StringVar(&f.policies, "eviction-policy", "lru", "in-process master's eviction policy: "+strings.Join(master.EvictionPolicies(), "|")+"; a comma-separated list runs each (a sweep)")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 100*time.Millisecond, "in-process master: lease granted by each read (a replay at full speed touches thousands of blocks per second; a 10 s lease would pin the whole pool)")
 	fl.Float64Var(&f.evictRatio, "eviction-ratio", 0.05, "in-process master: fraction of capacity freed per eviction pass")
@@ -179,6 +191,27 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 		if !slices.Contains(master.EvictionPolicies(), policies[i]) {
 			return usage("--eviction-policy item %d %q: unknown policy (want %s)", i+1, p, strings.Join(master.EvictionPolicies(), "|"))
 		}
+	}
+	routings := []string{"none"}
+	if f.instances < 1 {
+		return usage("--instances %d must be >= 1", f.instances)
+	}
+	if f.instances > 1 {
+		if f.masterAddr != "" {
+			return usage("--instances runs in-process pools; it cannot be used with --master")
+		}
+		if f.speed != 0 {
+			return usage("--instances replays on the trace's clock as fast as it can; --speed must be 0")
+		}
+		routings = strings.Split(f.routings, ",")
+		for i, r := range routings {
+			routings[i] = strings.TrimSpace(r)
+			if !slices.Contains(replay.Routings(), routings[i]) {
+				return usage("--routing item %d %q: unknown routing (want %s)", i+1, r, strings.Join(replay.Routings(), "|"))
+			}
+		}
+	} else if cmd.Flags().Changed("routing") || f.localCaches {
+		return usage("--routing and --local-caches need --instances N > 1")
 	}
 	if f.masterAddr != "" && cmd.Flags().Changed("eviction-policy") {
 		return usage("--eviction-policy sets the in-process master's policy; an external master has its own (mooncake master --eviction_policy)")
@@ -264,11 +297,14 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	type job struct {
 		capTokens int64
 		policy    string
+		routing   string
 	}
 	var jobs []job
 	for _, p := range policies {
-		for _, c := range caps {
-			jobs = append(jobs, job{c, p})
+		for _, rt := range routings {
+			for _, c := range caps {
+				jobs = append(jobs, job{c, p, rt})
+			}
 		}
 	}
 	var progress func(run, done int)
@@ -288,7 +324,7 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 	var results []runResult
 	var runErr error
 	for i, j := range jobs {
-		res, ran, err := replayOne(ctx, f, reqs, traceName, bpt, j.capTokens, j.policy, func(done int) {
+		res, ran, err := replayOne(ctx, f, reqs, traceName, bpt, j.capTokens, j.policy, j.routing, func(done int) {
 			if progress != nil {
 				progress(i, done)
 			}
@@ -338,18 +374,19 @@ func runReplay(cmd *cobra.Command, f replayFlags) error {
 // done. ran reports whether the replay started (its result is worth
 // printing). A run that fails, or whose blocks could not be stored or
 // read back, is an *exitError.
-func replayOne(ctx context.Context, f replayFlags, reqs []trace.Request, traceName string, bpt, capTokens int64, policy string, progress func(done int)) (res runResult, ran bool, err error) {
-	res = runResult{Trace: traceName, Policy: policy, Routing: "none", Instances: 1, PoolMode: "in-process", Nodes: f.nodes,
+func replayOne(ctx context.Context, f replayFlags, reqs []trace.Request, traceName string, bpt, capTokens int64, policy, routing string, progress func(done int)) (res runResult, ran bool, err error) {
+	res = runResult{Trace: traceName, Policy: policy, Routing: routing, Instances: 1, PoolMode: "in-process", Nodes: f.nodes,
 		LeaseTTLms: float64(f.leaseTTL) / float64(time.Millisecond), EvictionRatio: f.evictRatio, Watermark: f.watermark,
 		Speed: f.speed, Limit: f.limit}
+	if f.instances > 1 {
+		return replayRouted(ctx, f, reqs, res, bpt, capTokens, progress)
+	}
 	poolBytes := capTokens * bpt
 	var cl *client.Client
 	if f.masterAddr == "" {
-		seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
-		lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, TLS: f.poolTLS, Master: master.Config{
-			DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark, EvictionPolicy: policy}})
+		lc, err := startPool(ctx, f, poolBytes, policy)
 		if err != nil {
-			return res, false, &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
+			return res, false, err
 		}
 		defer lc.Close()
 		if cl, err = lc.NewClient(ctx, client.Config{LocalHostname: "replay-client"}); err != nil {
@@ -390,11 +427,78 @@ func replayOne(ctx context.Context, f replayFlags, reqs []trace.Request, traceNa
 		diskTier = st.DiskCapacity > 0 || st.Offloads > 0
 	}
 	res.Report = rep
+	return res, true, runFailure(f, rep, runErr, diskTier, len(reqs))
+}
+
+// startPool starts an in-process pool of poolBytes over f.nodes nodes
+// whose master evicts by policy.
+func startPool(ctx context.Context, f replayFlags, poolBytes int64, policy string) (*localcluster.Cluster, error) {
+	seg := uint64((poolBytes + int64(f.nodes) - 1) / int64(f.nodes))
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: f.nodes, SegmentSize: seg, TLS: f.poolTLS, Master: master.Config{
+		DefaultLeaseTTL: f.leaseTTL, EvictionRatio: f.evictRatio, EvictionHighWatermark: f.watermark, EvictionPolicy: policy}})
+	if err != nil {
+		return nil, &exitError{1, "mooncake replay: start in-process pool: " + err.Error()}
+	}
+	return lc, nil
+}
+
+// replayRouted is replayOne over f.instances engine instances: one
+// shared pool of capTokens, or (--local-caches) one pool of capTokens/N
+// each.
+func replayRouted(ctx context.Context, f replayFlags, reqs []trace.Request, res runResult, bpt, capTokens int64, progress func(done int)) (runResult, bool, error) {
+	res.Instances, res.LocalCaches = f.instances, f.localCaches
+	pools := 1
+	poolBytes := capTokens * bpt
+	if f.localCaches {
+		pools = f.instances
+		poolBytes /= int64(f.instances)
+	}
+	var lcs []*localcluster.Cluster
+	defer func() {
+		for _, lc := range lcs {
+			lc.Close()
+		}
+	}()
+	for range pools {
+		lc, err := startPool(ctx, f, poolBytes, res.Policy)
+		if err != nil {
+			return res, false, err
+		}
+		lcs = append(lcs, lc)
+	}
+	insts := make([]replay.Instance, f.instances)
+	for i := range insts {
+		cl, err := lcs[i%pools].NewClient(ctx, client.Config{LocalHostname: fmt.Sprintf("replay-instance-%d", i)})
+		if err != nil {
+			return res, false, &exitError{1, "mooncake replay: " + err.Error()}
+		}
+		defer cl.Close()
+		insts[i] = replay.Instance{Client: cl}
+	}
+	cfg := replay.RouteConfig{Config: replay.Config{BytesPerToken: bpt, CapacityTokens: capTokens,
+		Namespace: fmt.Sprintf("mooncake-go/replay/%s/%dB/", res.Trace, bpt),
+		Progress:  func(done, total int) { progress(done) }},
+		Routing: res.Routing, Seed: f.seed, Shared: !f.localCaches}
+	rr, runErr := replay.RunRouted(ctx, insts, reqs, cfg)
+	for p := range pools { // instance p is on pool p
+		if st, err := insts[p].Client.Stats(context.Background()); err == nil {
+			rr.PoolBytes += st.Capacity
+			rr.EvictedObjects += st.EvictedObjects
+		}
+	}
+	res.Report = rr.Report
+	res.InstanceRequests, res.MeanQueueS, res.MaxQueueS = rr.InstanceRequests, rr.MeanQueueS, rr.MaxQueueS
+	return res, true, runFailure(f, rr.Report, runErr, false, len(reqs))
+}
+
+// runFailure is the *exitError for a replay that failed (runErr) or
+// stored or read blocks wrongly, or nil.
+func runFailure(f replayFlags, rep replay.Report, runErr error, diskTier bool, n int) error {
 	if runErr != nil {
 		if _, ok := client.Unreachable(runErr); ok && f.masterAddr != "" {
-			return res, true, &exitError{1, fmt.Sprintf("mooncake replay: %s (after %d of %d requests)", client.MasterError(f.masterAddr, runErr), rep.Requests, len(reqs))}
+			return &exitError{1, fmt.Sprintf("mooncake replay: %s (after %d of %d requests)", client.MasterError(f.masterAddr, runErr), rep.Requests, n)}
 		}
-		return res, true, &exitError{1, "mooncake replay: " + oneLineErr(runErr)}
+		return &exitError{1, "mooncake replay: " + oneLineErr(runErr)}
 	}
 	if rep.ContentMismatches > 0 || rep.PutFailures > 0 {
 		hint := "is the pool smaller than a request, or are its nodes unreachable?"
@@ -403,9 +507,9 @@ func replayOne(ctx context.Context, f replayFlags, reqs []trace.Request, traceNa
 		} else if rep.PutNoHandle > 0 {
 			hint = fmt.Sprintf("%d refused with NO_AVAILABLE_HANDLE: is the pool smaller than a request, or is its DRAM held by readers' leases or pins?", rep.PutNoHandle)
 		}
-		return res, true, &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
+		return &exitError{1, fmt.Sprintf("mooncake replay: %d content mismatches, %d blocks could not be stored (%s)", rep.ContentMismatches, rep.PutFailures, hint)}
 	}
-	return res, true, nil
+	return nil
 }
 
 func readAll(r *trace.Reader, limit int) ([]trace.Request, error) {

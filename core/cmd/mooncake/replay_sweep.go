@@ -83,9 +83,16 @@ func formatTokens(n int64) string {
 // printSweep prints one table row per run.
 func printSweep(w io.Writer, src string, n int, runs []runResult) {
 	fmt.Fprintf(w, "Mooncake trace replay sweep: %s (%d requests)\n", src, n)
-	fmt.Fprintf(w, "%-10s %-12s %-10s %-10s %9s %9s %9s %9s %8s\n", "policy", "routing", "capacity", "pool", "blocks", "tokens", "LRU ref", "OPT", "elapsed")
+	fmt.Fprintf(w, "%-8s %-12s %-14s %-9s %-10s %8s %8s %8s %8s %8s\n", "policy", "routing", "caches", "capacity", "pool", "blocks", "tokens", "LRU ref", "OPT", "elapsed")
 	for _, r := range runs {
-		fmt.Fprintf(w, "%-10s %-12s %-10s %-10s %9.4f %9.4f %9.4f %9.4f %7.1fs\n", r.Policy, r.Routing, formatTokens(r.CapacityTokens),
+		caches := "one pool"
+		if r.Instances > 1 {
+			caches = fmt.Sprintf("%d x shared", r.Instances)
+			if r.LocalCaches {
+				caches = fmt.Sprintf("%d x local", r.Instances)
+			}
+		}
+		fmt.Fprintf(w, "%-8s %-12s %-14s %-9s %-10s %8.4f %8.4f %8.4f %8.4f %7.1fs\n", r.Policy, r.Routing, caches, formatTokens(r.CapacityTokens),
 			geometry.FormatSize(int64(r.PoolBytes)), r.BlockHitRatio, r.TokenHitRatio, r.LRURefBlockHitRatio, r.OPTBlockHitRatio, r.ElapsedS)
 	}
 }
@@ -99,10 +106,17 @@ func plotSweep(path, title string, runs []runResult) error {
 	p.X.Label.Text = "pool capacity (tokens)"
 	p.Y.Label.Text = "block hit ratio"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min = 0
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.XOffs = vg.Points(50)
+	var ticks []plot.Tick
+	for _, r := range runs {
+		if !slices.ContainsFunc(ticks, func(t plot.Tick) bool { return t.Value == float64(r.CapacityTokens) }) {
+			ticks = append(ticks, plot.Tick{Value: float64(r.CapacityTokens), Label: formatTokens(r.CapacityTokens)})
+		}
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 
 	var order []string
 	lines := map[string]plotter.XYs{}
@@ -116,10 +130,7 @@ func plotSweep(path, title string, runs []runResult) error {
 	for _, r := range runs {
 		name := r.Policy
 		if r.Instances > 1 {
-			name += " " + r.Routing
-			if r.LocalCaches {
-				name += " local"
-			}
+			name = fmt.Sprintf("%s, %d instances %s, %s", r.Policy, r.Instances, map[bool]string{false: "sharing one pool", true: "with local caches"}[r.LocalCaches], r.Routing)
 		}
 		add(name, r.CapacityTokens, r.BlockHitRatio)
 	}
