@@ -3,8 +3,10 @@ package tcp
 import (
 	"encoding/binary"
 	"io"
+	"math"
 	"net"
 
+	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -36,6 +38,10 @@ type sconn struct {
 	iov  [][]byte // queued output, in order: views of st and payloads
 	run  int      // start in st of the status frames iov's last piece views; -1 if that piece is a payload
 	owed int      // payload bytes covered by queued output
+	// reads counts queued READ payloads: views of registered memory,
+	// read when the queue is sent, so a later WRITE into them must wait
+	// for that (see settle).
+	reads int
 }
 
 func newSconn(c net.Conn) *sconn {
@@ -73,6 +79,7 @@ func (s *sconn) queue(code uint64, payload []byte, size uint64) error {
 	if payload != nil {
 		s.iov = append(s.iov, payload)
 		s.run = -1
+		s.reads++
 	}
 	s.owed += int(min(size, sendEvery))
 	if s.owed >= sendEvery {
@@ -92,8 +99,25 @@ func (s *sconn) flush() error {
 	nb := net.Buffers(s.iov)
 	_, err := nb.WriteTo(s.c)
 	clear(s.iov)
-	s.iov, s.st, s.run, s.owed = s.iov[:0], s.st[:0], -1, 0
+	s.iov, s.st, s.run, s.owed, s.reads = s.iov[:0], s.st[:0], -1, 0, 0
 	return err
+}
+
+// settle sends the queued output first when a queued READ payload
+// overlaps dst, the registered bytes a WRITE is about to land in: requests
+// are served in order, so a READ answers the bytes as they were before
+// every later request on the connection.
+func (s *sconn) settle(dst []byte) error {
+	if s.reads == 0 {
+		return nil
+	}
+	lo, hi := memory.AddrOf(dst), memory.AddrOf(dst)+uint64(len(dst))
+	for _, v := range s.iov { // status frames live apart from registered memory
+		if a := memory.AddrOf(v); a < hi && lo < a+uint64(len(v)) {
+			return s.flush()
+		}
+	}
+	return nil
 }
 
 // respondNow sends an OK status frame and payload after the queued
@@ -107,12 +131,16 @@ func (s *sconn) respondNow(payload []byte) error {
 
 // serve handles requests on one connection until EOF or an error.
 // Requests are served in order, so status frames go out in request order
-// (clients match them by position).
+// (clients match them by position). Whatever ends the connection (the
+// peer's EOF, a protocol error), the answers to the requests served
+// before are sent first: a peer that half-closes after its last request
+// still gets every acknowledgement.
 func serve(c net.Conn, target transfer.Target) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
 	s := newSconn(c)
+	defer s.flush()
 	dt, _ := target.(transfer.DeviceTarget)
 	var bounce []byte // device memory staging, allocated on first use
 	for {
@@ -137,7 +165,13 @@ func serve(c net.Conn, target transfer.Target) {
 		switch transfer.Opcode(op) {
 		case transfer.Write:
 			if rerr != nil {
-				// Drain the payload so nothing lands, then refuse.
+				// Drain the payload so nothing lands, then refuse. A
+				// payload longer than any stream can carry (the drain
+				// would take size as a negative count) is a protocol
+				// error.
+				if size > math.MaxInt64 {
+					return
+				}
 				if _, err := io.CopyN(io.Discard, s, int64(size)); err != nil || !v2 {
 					return
 				}
@@ -145,6 +179,9 @@ func serve(c net.Conn, target transfer.Target) {
 					return
 				}
 				continue
+			}
+			if s.settle(buf) != nil {
+				return
 			}
 			if _, err := io.ReadFull(s, buf); err != nil {
 				return
