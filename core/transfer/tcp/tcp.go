@@ -38,7 +38,11 @@
 // server, headers are read through a small buffer, payloads with readv
 // straight into registered memory (with the next header in the same
 // call), and acknowledgements are batched: sent when the socket has
-// nothing more to read, or once they cover 256 KiB.
+// nothing more to read, once they cover 256 KiB, before a WRITE lands in
+// bytes a queued READ answer has yet to send (so a READ answers the bytes
+// as they were before every later request on its connection), and when
+// the connection ends (a peer that half-closes after its last request
+// still gets every answer).
 //
 // A slice whose connection fails is resent on another connection, up to
 // RetryCount attempts (upstream retries 9 times); then the request fails
