@@ -9,9 +9,7 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
+	"github.com/mooncake-go/mooncake/core/testutil/sockpair"
 	"github.com/mooncake-go/mooncake/core/testutil/wiretap"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
@@ -273,26 +272,10 @@ func expectServe(stream []byte, base, devBase uint64, a, d []byte) []byte {
 	return out
 }
 
-// socketPair returns two connected unix stream sockets as net.Conns: the
-// server side is a syscall.Conn, so serve reads it with readv as it reads
-// a TCP socket.
-func socketPair(tb testing.TB) (client, server *net.UnixConn) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	require.NoError(tb, err)
-	conn := func(fd int, name string) *net.UnixConn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		require.NoError(tb, err)
-		return c.(*net.UnixConn)
-	}
-	return conn(fds[0], "client"), conn(fds[1], "server")
-}
-
 // serveStream runs serve on a socket fed stream and returns everything it
 // answered. It fails tb if serve does not return within fzCallLimit.
 func serveStream(tb testing.TB, target transfer.Target, stream []byte) []byte {
-	cli, srv := socketPair(tb)
+	cli, srv := sockpair.New(tb)
 	defer cli.Close()
 	go func() {
 		cli.Write(stream) // fails once serve dropped the connection
