@@ -334,18 +334,38 @@ func (c *Client) diagnose(ctx context.Context) string {
 	return err.Error()
 }
 
+// preallocLimit is the most readAllSized allocates before bytes arrive.
+const preallocLimit = 1 << 20
+
 // readAllSized reads r to EOF. A known size (>= 0, already checked against
 // the caller's cap; HTTP framing guarantees the body has exactly that many
-// bytes) is read into one allocation instead of a doubling buffer.
+// bytes) of at most preallocLimit is read into one allocation instead of a
+// doubling buffer; a larger one grows as its bytes arrive, so a peer that
+// only announces a large body costs little memory. Errors: r's, and
+// io.ErrUnexpectedEOF for a body shorter than size.
 func readAllSized(r io.Reader, size int64) ([]byte, error) {
-	if size < 0 {
+	switch {
+	case size < 0:
 		return io.ReadAll(r)
+	case size <= preallocLimit:
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return buf, nil
 	}
-	buf := make([]byte, size)
-	if _, err := io.ReadFull(r, buf); err != nil {
+	var buf bytes.Buffer
+	buf.Grow(preallocLimit)
+	if n, err := io.CopyN(&buf, r, size); n != size {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
 	}
-	return buf, nil
+	return buf.Bytes(), nil
 }
 
 // drainClose reads a bounded remainder of body so the connection can be

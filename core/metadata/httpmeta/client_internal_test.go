@@ -1,9 +1,15 @@
 package httpmeta
 
 import (
+	"bytes"
+	"io"
 	"net/http"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestClientDefaults pins upstream's HTTPStoragePlugin settings: 3000 ms per
@@ -44,5 +50,28 @@ func TestClientDefaults(t *testing.T) {
 	defer c2.Close()
 	if c2.hc.Timeout != time.Second || c2.transport.TLSHandshakeTimeout != 250*time.Millisecond {
 		t.Errorf("options not applied: %v / %v", c2.hc.Timeout, c2.transport.TLSHandshakeTimeout)
+	}
+}
+
+// TestReadAllSizedAnnouncedLength: a body that announces 64 MiB and
+// carries ten bytes fails without 64 MiB being allocated first (a peer
+// announcing large bodies on many connections must not cost that much
+// memory each), and bodies on both sides of the preallocation limit read
+// back exactly.
+func TestReadAllSizedAnnouncedLength(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readAllSized(strings.NewReader("0123456789"), DefaultMaxValueBytes)
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(8<<20), "bytes allocated for a 10-byte body")
+
+	for _, n := range []int{0, 1, preallocLimit, preallocLimit + 1, 3*preallocLimit + 5} {
+		want := bytes.Repeat([]byte{7}, n)
+		got, err := readAllSized(bytes.NewReader(want), int64(n))
+		require.NoError(t, err, "%d bytes", n)
+		require.Equal(t, want, got, "%d bytes", n)
+		_, err = readAllSized(bytes.NewReader(want), int64(n)+1)
+		require.ErrorIs(t, err, io.ErrUnexpectedEOF, "%d of %d bytes", n, n+1)
 	}
 }
