@@ -1,4 +1,4 @@
-// Package sockpair gives tests a connected pair of unix stream sockets as
+// Package sockpair gives tests a connected pair of unix sockets as
 // net.Conns: in-process, no listener, each end a syscall.Conn (so code
 // that reads a TCP socket with readv takes the same path), with half-close
 // (CloseWrite) and, unlike a TCP socket closed with unread input, no reset
@@ -16,7 +16,19 @@ import (
 // the caller closes both. It fails tb when the system refuses.
 func New(tb testing.TB) (a, b *net.UnixConn) {
 	tb.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	return pair(tb, syscall.SOCK_STREAM)
+}
+
+// NewPacket is New for SOCK_SEQPACKET: one message per write, as a
+// "unixpacket" connection (ReadMsgUnix and WriteMsgUnix carry descriptors).
+func NewPacket(tb testing.TB) (a, b *net.UnixConn) {
+	tb.Helper()
+	return pair(tb, syscall.SOCK_SEQPACKET)
+}
+
+func pair(tb testing.TB, typ int) (a, b *net.UnixConn) {
+	tb.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, typ|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		tb.Fatalf("socketpair: %v", err)
 	}

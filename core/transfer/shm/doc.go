@@ -27,7 +27,10 @@
 // holding [addr, addr+length), the file's byte 0 being base. Other statuses
 // carry none: 1 the range is not inside one registered, remote-accessible
 // buffer; 2 that buffer is not backed by a memory file; 3 the target refused
-// to share it (see below). A malformed request drops the connection.
+// to share it (see below). A malformed request drops the connection. A
+// peer drops it likewise on a malformed reply, one with the wrong number of
+// descriptors, or one answering a request it never sent (id 0 or past its
+// last id); a late reply to a request it abandoned is discarded.
 //
 // # Trust model
 //

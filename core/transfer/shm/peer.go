@@ -403,6 +403,7 @@ type control struct {
 	mu struct {
 		sync.Mutex
 		want uint64 // id of the request awaiting its reply; 0 none
+		sent uint64 // id of the last request sent; ids grow from 1
 	}
 }
 
@@ -410,7 +411,7 @@ type control struct {
 // returned response with status OK carries a descriptor the caller owns.
 func (c *control) ask(ctx context.Context, req request) (response, error) {
 	c.mu.Lock()
-	c.mu.want = req.id
+	c.mu.want, c.mu.sent = req.id, req.id
 	c.mu.Unlock()
 	var out [msgLen]byte
 	req.encode(&out)
@@ -459,7 +460,10 @@ func (c *control) send(ctx context.Context, pkt []byte) error {
 }
 
 // read receives replies until the connection ends, handing the awaited one
-// to ask and closing the descriptors of any other. It returns why it ended.
+// to ask and closing the descriptors of late replies to abandoned
+// requests. A reply to a request never sent (id 0, or past the last one)
+// breaks the protocol and ends the connection, as a malformed reply does.
+// It returns why it ended.
 func (c *control) read() error {
 	var in [msgLen + 1]byte
 	oob := make([]byte, unix.CmsgSpace(4*4)) // room for a few descriptors, to see extras
@@ -496,7 +500,16 @@ func (c *control) read() error {
 			resp.fd = fds[0]
 		}
 		c.mu.Lock()
-		if resp.id != 0 && resp.id == c.mu.want {
+		if resp.id == 0 || resp.id > c.mu.sent {
+			// Not a late reply to an abandoned request: no such request
+			// was ever sent. Waiting for the right id would hang the
+			// request until its context ends.
+			c.mu.Unlock()
+			closeFDs(fds)
+			c.conn.Close()
+			return fmt.Errorf("%w: reply to request %d, which was never sent", ErrProtocol, resp.id)
+		}
+		if resp.id == c.mu.want {
 			c.mu.want = 0
 			c.resp <- resp // buffered, and at most one request is awaited
 			resp.fd = -1
