@@ -313,23 +313,37 @@ func (r *Replicator) flushLoop() {
 // write appends batch to the log as one or more values of at most
 // MaxBatchBytes, each a fenced put of a new key.
 func (r *Replicator) write(batch []pendingEntry) error {
+	vals, firsts, err := encodeBatch(batch, r.cfg.MaxBatchBytes)
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		if err := r.put(r.keys.oplogKey(firsts[i]), v, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encodeBatch encodes batch (consecutive sequence numbers) as oplog
+// values: JSON arrays of events of at most max bytes each (an event larger
+// than max gets a value of its own), with the sequence number of each
+// value's first event. Errors: an event encoding/json refuses.
+func encodeBatch(batch []pendingEntry, max int) (vals []string, firsts []uint64, err error) {
 	var buf bytes.Buffer
 	first := batch[0].seq
-	flush := func() error {
+	flush := func() {
 		buf.WriteByte(']')
-		err := r.put(r.keys.oplogKey(first), buf.String(), true)
+		vals, firsts = append(vals, buf.String()), append(firsts, first)
 		buf.Reset()
-		return err
 	}
 	for i, p := range batch {
 		b, err := json.Marshal(p.e)
 		if err != nil {
-			return fmt.Errorf("ha: encoding event %d: %w", p.seq, err)
+			return nil, nil, fmt.Errorf("ha: encoding event %d: %w", p.seq, err)
 		}
-		if buf.Len() > 0 && buf.Len()+len(b)+2 > r.cfg.MaxBatchBytes {
-			if err := flush(); err != nil {
-				return err
-			}
+		if buf.Len() > 0 && buf.Len()+len(b)+2 > max {
+			flush()
 			first = batch[i].seq
 		}
 		if buf.Len() == 0 {
@@ -339,7 +353,8 @@ func (r *Replicator) write(batch []pendingEntry) error {
 		}
 		buf.Write(b)
 	}
-	return flush()
+	flush()
+	return vals, firsts, nil
 }
 
 // put writes key = val if the fence holds (and, with fresh, if key does

@@ -331,7 +331,9 @@ func sameRecord(a, b ObjectRecord) bool {
 // as RestoreObject does. The ranges are reserved segment by segment in
 // ascending offset order, which keeps AllocAt logarithmic when restoring a
 // whole table. Errors: as RestoreObject, plus INVALID_PARAMS for a key
-// listed twice; nothing changes on error.
+// listed twice or a record with two pieces (of its replicas, or of one
+// striped replica) on one segment, which no master places; nothing
+// changes on error.
 func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 	type rng struct {
 		seg          *segment
@@ -361,6 +363,7 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 			}
 		}
 		seen[rec.Key] = true
+		on := map[string]bool{} // segments holding a piece of rec
 		for _, r := range rec.Replicas {
 			var total uint64
 			for _, p := range r.pieces(rec.Size) {
@@ -368,6 +371,10 @@ func (m *Master) RestoreObjects(recs []ObjectRecord) error {
 				if !ok {
 					return store.Errorf(store.SegmentNotFound, "key %q: segment %q", rec.Key, p.SegmentID)
 				}
+				if on[p.SegmentID] {
+					return store.Errorf(store.InvalidParams, "key %q: two pieces on segment %q (replicas and their pieces lie on distinct segments)", rec.Key, p.SegmentID)
+				}
+				on[p.SegmentID] = true
 				if p.Size == 0 {
 					return store.Errorf(store.InvalidParams, "key %q: empty piece on segment %q", rec.Key, p.SegmentID)
 				}

@@ -416,6 +416,11 @@ func TestRestoreSemantics(t *testing.T) {
 		{"no replicas", ObjectRecord{Key: "y", Size: 100}, store.ErrInvalidParams},
 		{"short stripe", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Stripe: []PieceRecord{{SegmentID: "a", Size: 50}}}}}, store.ErrInvalidParams},
 		{"past the segment", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Offset: 1 << 20}}}, store.ErrNoAvailableHandle},
+		// No master places two pieces of one object on a segment (found by
+		// core/store/ha's FuzzSnapshotRestore: such a record restored, and
+		// broke the master's invariants).
+		{"two replicas on one segment", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Offset: 0}, {SegmentID: "a", Offset: 200}}}, store.ErrInvalidParams},
+		{"two pieces on one segment", ObjectRecord{Key: "y", Size: 100, Replicas: []ReplicaRecord{{SegmentID: "a", Stripe: []PieceRecord{{SegmentID: "a", Size: 50}, {SegmentID: "a", Offset: 100, Size: 50}}}}}, store.ErrInvalidParams},
 	}
 	before := m.Stats()
 	for _, tt := range tests {
