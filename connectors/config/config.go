@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
@@ -320,7 +322,9 @@ func Defaults(in Integration) Config {
 // GlobalSegmentSize > 0 and standalone-store needs 0. SGLang adds a
 // port range for MasterMetricsPort and a well-formed device map. The TLS
 // files must come as whole sets (they are read only when the client
-// starts, by core/tlsconfig, which names a missing or bad file).
+// starts, by core/tlsconfig, which names a missing or bad file). Every
+// string is valid UTF-8 (the environment and remote_url can carry other
+// bytes; a JSON file, and so upstream's loaders, cannot).
 func (c Config) Validate() error {
 	var bad []string
 	add := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
@@ -387,6 +391,15 @@ func (c Config) Validate() error {
 		}
 		if _, err := c.deviceMap(); err != nil {
 			add("%v", err)
+		}
+	}
+	// The environment and remote_url can carry any bytes; a JSON file,
+	// and so upstream's Python loaders, only UTF-8.
+	v := reflect.ValueOf(c)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String && !utf8.ValidString(f.String()) {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			add("%s %q is not valid UTF-8", name, f.String())
 		}
 	}
 	if len(bad) > 0 {

@@ -170,7 +170,9 @@ func secondsOf(raw any) (time.Duration, error) {
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > float64(math.MaxInt64)/float64(time.Second) {
 		return 0, fmt.Errorf("%w: %q is not a number of seconds", ErrBadValue, s)
 	}
-	return time.Duration(f * float64(time.Second)), nil
+	// Rounded to the nearest nanosecond: truncating would turn the seconds
+	// Config.MarshalJSON writes back into a duration a nanosecond short.
+	return time.Duration(math.Round(f * float64(time.Second))), nil
 }
 
 func stringOf(raw any) (string, error) {
