@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +94,8 @@ func checkKey(key string) error {
 }
 
 // listenAddr derives where the data plane listens and what it publishes
-// from local_hostname ("host" or "host:port"): bind host
+// from local_hostname ("host" or "host:port", host an IP address or a
+// host name, see validHost; anything else is an invalid argument): bind host
 // (poolclient.BindHost: MC_TCP_BIND_ADDRESS, else host when it is an IP
 // literal, else every interface), port (given, or 0), and the host peers
 // dial (host, unless it is an unspecified IP).
@@ -108,6 +110,9 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 	if host == "" {
 		return "", 0, "", invalid("local_hostname %q has no host", localHostname)
 	}
+	if !validHost(host) {
+		return "", 0, "", invalid("local_hostname %q: %q is neither an IP address nor a host name (letters, digits, '-', '_', '.')", localHostname, host)
+	}
 	if p != "" {
 		n, err := strconv.ParseUint(p, 10, 16)
 		if err != nil {
@@ -119,6 +124,23 @@ func listenAddr(localHostname string) (bindHost string, port int, publish string
 		publish = host
 	}
 	return poolclient.BindHost(host, cbridge.Environ()), port, publish, nil
+}
+
+// validHost reports whether host is an IP address (IPv6 with a zone
+// included) or a host name of letters, digits, '-', '_' and '.': what
+// peers can dial once it is published as ip_or_host_name.
+func validHost(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	for _, c := range []byte(host) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // openMetadata connects to metadata_server (metaopen.Open, with opts);
