@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/transfer"
@@ -156,6 +158,39 @@ func TestRetriesExhausted(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "failed 3 times") {
 		t.Fatalf("err %q does not name the retry count", err)
+	}
+}
+
+// TestClosedOnAcceptBounded: a target that closes every connection as it
+// accepts it fails a striped request after RetryCount attempts per
+// slice, with a bounded number of dials (found by FuzzPeerReplies: a
+// connection that failed before its slices were queued was redialled
+// without counting an attempt, a hundred times and more per request).
+func TestClosedOnAcceptBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	const slices, retries = 6, 2
+	cfg := Config{SliceSize: 1024, Stripe: 2, MaxConnsPerPeer: 2, RetryCount: retries, Window: 4}
+	for i := range 20 {
+		p := dialVia(t, cfg, ln.Addr().String())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := p.Do(ctx, transfer.Write, pattern(slices*1024), 1<<40)
+		cancel()
+		require.Error(t, err, "request %d", i)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "request %d", i)
+		require.LessOrEqual(t, p.dials.Load(), int64(slices*retries), "request %d: dials", i)
 	}
 }
 

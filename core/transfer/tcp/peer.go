@@ -164,6 +164,7 @@ func (p *peer) pick(ctx context.Context, want, total int, out []*conn) ([]*conn,
 		m.fail(errIdle)
 	}
 	dialFailed := false
+	var opened, died []*conn // opened by this call; those of them that failed already (out of the pool)
 	for {
 		p.mu.Lock()
 		if p.closed.Load() {
@@ -177,6 +178,16 @@ func (p *peer) pick(ctx context.Context, want, total int, out []*conn) ([]*conn,
 				if len(out) == want {
 					break
 				}
+			}
+		}
+		// A connection this call opened that failed already is handed out
+		// all the same: the slices dealt to it fail to queue and count an
+		// attempt (see deal), so a target that closes every connection
+		// right after accepting it exhausts the retries instead of being
+		// redialled here for ever.
+		for _, m := range died {
+			if len(out) < want && !contains(out, m) {
+				out = append(out, m)
 			}
 		}
 		atCap := len(p.mu.conns)+p.mu.dialing >= p.cfg.MaxConnsPerPeer
@@ -241,6 +252,24 @@ func (p *peer) pick(ctx context.Context, want, total int, out []*conn) ([]*conn,
 			go m.writeLoop()
 		}
 		p.mu.Unlock()
+		if m != nil {
+			opened = append(opened, m)
+		}
+		for _, o := range opened {
+			if o.failed() && !contains(died, o) {
+				died = append(died, o)
+			}
+		}
+	}
+}
+
+// failed reports whether m has failed.
+func (m *conn) failed() bool {
+	select {
+	case <-m.dead:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -365,6 +394,14 @@ func (m *conn) enqueue(j *job, idx []int, k, step int) bool {
 	m.mu.Unlock()
 	m.signal()
 	return true
+}
+
+// failure returns why m failed and whether it ever delivered a status
+// frame.
+func (m *conn) failure() (error, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mu.err, m.mu.acked
 }
 
 func (m *conn) signal() {
@@ -780,10 +817,15 @@ func (p *peer) deal(ctx context.Context, j *job) error {
 			j.used = append(j.used, m)
 		}
 		if !m.enqueue(j, j.idx, k, len(conns)) {
-			// m failed between pick and now: nothing was sent, deal again.
+			// m failed between pick and now: nothing was sent, deal
+			// again. A connection that never answered at all counts an
+			// attempt, as its queued slices do (see exited): a target
+			// that drops every connection at once must exhaust the
+			// retries, not be redialled for ever.
+			cause, worked := m.failure()
 			p.remove(m)
 			for x := k; x < n; x += len(conns) {
-				j.lost(j.idx[x], nil, false)
+				j.lost(j.idx[x], cause, !worked)
 			}
 			m.unload(cnt)
 		}

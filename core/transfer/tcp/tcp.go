@@ -46,8 +46,10 @@
 //
 // A slice whose connection fails is resent on another connection, up to
 // RetryCount attempts (upstream retries 9 times); then the request fails
-// with the cause. An attempt is a slice that was sent, or queued on a
-// connection that never answered at all; slices queued behind the window
+// with the cause. An attempt is a slice that was sent, or queued on (or
+// dealt to) a connection that never answered at all, so a target that
+// closes every connection as it accepts it exhausts the retries; slices
+// queued behind the window
 // of a connection that worked are resent for free. Slices are idempotent
 // (same bytes, same address). A refused slice fails its request only; the
 // connection stays in use. A request whose context ends closes the
