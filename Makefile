@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store
+.PHONY: all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store fuzz fuzz-short
 
 all: build
 
@@ -153,9 +153,29 @@ test-upstream-store: lib venv build
 
 test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) fuzz-short
 	$(MAKE) test-vllm-engine
 	$(MAKE) test-sglang-mooncake
 	$(MAKE) test-lmcache-mooncake
+
+# Fuzz targets (func FuzzXxx in _test.go files, found by scripts/fuzz.sh):
+# what a peer or a user can reach - tcp frames both ways, the P2P
+# handshake, the shm wire both ways, the HTTP metadata handler, the HA
+# oplog and snapshots, the config loader, the C ABI argument checks, the
+# trace parser. Their seed corpora (and testdata/fuzz/ crashers) already
+# run in every plain go test; `make fuzz` fuzzes each for FUZZTIME,
+# `make fuzz-short` (part of make test) for FUZZTIME_SHORT. The short run
+# counts executions rather than seconds: a time limit shorter than the
+# fuzzer's start-up fails with "context deadline exceeded" on a loaded
+# machine. FUZZ=regexp runs only the matching targets.
+FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 2000x
+FUZZ ?= .
+fuzz:
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
+
+fuzz-short:
+	GO=$(GO) FUZZTIME=$(FUZZTIME_SHORT) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...
