@@ -31,7 +31,7 @@ type fzSide struct {
 func (s *fzSide) buf(i int) uint64 { return s.slab.Addr() + uint64(1+2*i)*fzPage }
 
 func newFzSide(tb testing.TB, meta, name string, remote [2]bool) *fzSide {
-	e, err := newEngine(meta, name, "127.0.0.1", 0)
+	e, err := newEngine(engineArgs{Conn: meta, Name: name, Host: "127.0.0.1", Env: map[string]string{}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { e.destroy() })
 	slab, err := memory.Map(5 * fzPage)
