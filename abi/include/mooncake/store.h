@@ -136,7 +136,9 @@ uint32_t mc_store_abi_version(void);
  * handle in *out.
  *
  * local_hostname: this client's host, "host" or "host:port"; required,
- *   non-empty. The client's transfer engine listens on that host (on every
+ *   non-empty; host is an IP address ("[ipv6]:port" with a port) or a host
+ *   name of letters, digits, '-', '_' and '.' (anything else:
+ *   MC_ERR_INVALID_ARGUMENT, naming it). The client's transfer engine listens on that host (on every
  *   interface when host is not an IP address, publishing host for peers to
  *   dial; MC_TCP_BIND_ADDRESS, when set, overrides the listen address) and
  *   on port, or, when none is given (since 1.2), on a free port picked at
