@@ -126,7 +126,7 @@ def main():
     model = mcrig.tiny_llama(sys.executable, cfg, seed=1)
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
     pool_bytes = kv_per_token * a.prompt_tokens * (2 * a.repeats + 2)  # saved + fresh prompts + one raw round
-    pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "1000"])
+    pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
     env = {"VLLM_CPU_KVCACHE_SPACE": str(max(2, -(-kv_per_token * a.prompt_tokens * (2 * a.repeats + 2) // (1 << 30)))),
