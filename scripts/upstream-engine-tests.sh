@@ -12,14 +12,17 @@
 #
 # The two files are read from a checkout (or bare clone) of
 # kvcache-ai/Mooncake given as UPSTREAM_MOONCAKE, at the pinned commit
-# UPSTREAM_COMMIT when it is a git repository. Without one the script
+# UPSTREAM_COMMIT when it is a git repository (default: the mirror at
+# /work/.mirror/kvcache-ai+Mooncake/repo when present). Without one the script
 # prints one SKIPPED line saying how to run it, and exits 0.
 #
 #   UPSTREAM_MOONCAKE=/path/to/Mooncake make test-upstream-engine
 set -euo pipefail
 
 PIN="${UPSTREAM_COMMIT:-3b5a594133958449a1feaf1c9e0fc1b553e34a28}"
-SRC="${UPSTREAM_MOONCAKE:-}"
+# Default: the mirror this workplace's tools fetch into, when present (as
+# scripts/test-upstream-store.sh does).
+SRC="${UPSTREAM_MOONCAKE:-/work/.mirror/kvcache-ai+Mooncake/repo}"
 FILES=(transfer_engine_target.py transfer_engine_initiator_test.py)
 cd "$(dirname "$0")/.."
 

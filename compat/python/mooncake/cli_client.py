@@ -73,6 +73,11 @@ def translate(argv):
     if protocol != "tcp":
         warnings.append(f"--protocol={protocol} is not built into mooncake-go: the node uses tcp")
         protocol = "tcp"
+    size = v["global_segment_size"]
+    from .store import parse_size  # no library load: store.py loads it at setup
+
+    if parse_size(size) in (None, 0):
+        raise g.UsageError(f"--global_segment_size={g.show(size)}: not a size (want e.g. 4GB, 512MB or a byte count above 0)")
     args = [
         "node",
         f"--master={v['master_server_address']}",

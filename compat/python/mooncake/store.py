@@ -233,6 +233,25 @@ class TaskStatus(_Enum):
     FAILED = 3
 
 
+
+# Codes that answer a question rather than report a fault: not logged at
+# ERROR by _call.
+_QUIET_CODES = frozenset({OBJECT_NOT_FOUND, OBJECT_HAS_LEASE})
+
+
+def _key_list(keys):
+    """keys as a list, each a str or bytes-like key; a str or bytes passed
+    where a list of keys belongs, or a key of another type, raises
+    TypeError as upstream's bindings do (they would otherwise be taken
+    character by character, or dropped)."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"keys must be a list of str or bytes, not a single {type(keys).__name__}")
+    out = list(keys)
+    for i, k in enumerate(out):
+        if not isinstance(k, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"keys[{i}] must be str or bytes, not {type(k).__name__}")
+    return out
+
 def _uint(name, v, bits=64):
     """v as an unsigned int of bits bits, or TypeError (upstream's pybind
     casters refuse negative numbers, floats and strings the same way)."""
@@ -937,7 +956,9 @@ class MooncakeDistributedStore:
 
     def _call(self, f, *args, default=INVALID_PARAMS):
         """Runs f(store, *args); a MooncakeError becomes its upstream code,
-        a missing client `default`."""
+        a missing client `default`. Failures are logged at ERROR with their
+        reason, as upstream's client logs them (a missing key or a leased
+        object at DEBUG: those are answers, not faults)."""
         s = self._s
         if s is None:
             _log.error("Client is not initialized")
@@ -945,8 +966,9 @@ class MooncakeDistributedStore:
         try:
             return f(s, *args)
         except MooncakeError as e:
-            _log.debug("%s", e)
-            return _upstream(e.code)
+            code = _upstream(e.code)
+            _log.log(logging.DEBUG if code in _QUIET_CODES else logging.ERROR, "mooncake.store: %s", e)
+            return code
 
     # -- buffers --------------------------------------------------------------
 
@@ -1012,7 +1034,7 @@ class MooncakeDistributedStore:
     def put_batch(self, keys, values, config=_DEFAULT_CONFIG):
         """Stores a copy of each values[i] under keys[i]: 0, or the first
         failing key's code (-600 for mismatched lists or an empty value)."""
-        keys, values = list(keys), list(values)
+        keys, values = _key_list(keys), list(values)
         cfg, rc = _put_config(config)
         if rc:
             return rc
@@ -1040,7 +1062,7 @@ class MooncakeDistributedStore:
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=_DEFAULT_CONFIG, _single=False):
         """put_from for each key; one code per key ([-600] * len(keys)
         when the lists differ in length)."""
-        keys, ptrs, sizes = list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
+        keys, ptrs, sizes = _key_list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
         cfg, rc = _put_config(config)
         if rc:
             return [rc] * len(keys)
@@ -1069,7 +1091,7 @@ class MooncakeDistributedStore:
         buffers (gathered through the local buffer otherwise); one code per
         key ([-600] * len(keys) for mismatched lists; [] before setup, as
         upstream)."""
-        keys = list(keys)
+        keys = _key_list(keys)
         all_ptrs = [[int(p) for p in ps] for ps in all_buffer_ptrs]
         all_sizes = [[int(n) for n in ns] for ns in all_sizes]
         if self._s is None:
@@ -1140,7 +1162,7 @@ class MooncakeDistributedStore:
 
     def upsert_batch(self, keys, values, config=_DEFAULT_CONFIG):
         """upsert of each key (see upsert and put_batch): 0 or the first failure."""
-        keys, values = list(keys), list(values)
+        keys, values = _key_list(keys), list(values)
         cfg, rc = _put_config(config, upsert=True)
         if rc:
             return rc
@@ -1153,7 +1175,7 @@ class MooncakeDistributedStore:
 
     def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=_DEFAULT_CONFIG):
         """upsert_from for each key; one code per key."""
-        keys = list(keys)
+        keys = _key_list(keys)
         cfg, rc = _put_config(config, upsert=True)
         if rc:
             return [rc] * len(keys)
@@ -1173,7 +1195,7 @@ class MooncakeDistributedStore:
     def get_batch(self, keys):
         """A copy of each key's value (b"" for a key that cannot be read).
         As upstream, an empty list gives [b""]."""
-        keys = list(keys)
+        keys = _key_list(keys)
         if not keys:
             return [b""]
         out = self._call(lambda s: s.batch_get(keys), default=None)
@@ -1188,7 +1210,7 @@ class MooncakeDistributedStore:
 
     def batch_get_buffer(self, keys):
         """A BufferHandle per key, or None for a key that cannot be read."""
-        keys = list(keys)
+        keys = _key_list(keys)
         if not keys:
             return []
         out = self._call(lambda s: s.batch_get(keys, BufferHandle), default=None)
@@ -1206,7 +1228,7 @@ class MooncakeDistributedStore:
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         """get_into for each key; per key the bytes read or a negative code
         ([-600] * len(keys) for mismatched lists)."""
-        keys, ptrs, sizes = list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
+        keys, ptrs, sizes = _key_list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
         if not _lists_equal(keys, ptrs, sizes):
             return [INVALID_PARAMS] * len(keys)
         if not keys:
@@ -1242,7 +1264,7 @@ class MooncakeDistributedStore:
         all_sizes[i][j]) in order, zero copy into registered buffers
         (scattered from the local buffer otherwise); per key the bytes read
         or a negative code (-600 when the ranges hold less than the value)."""
-        keys = list(keys)
+        keys = _key_list(keys)
         all_ptrs = [[int(p) for p in ps] for ps in all_buffer_ptrs]
         all_sizes = [[int(n) for n in ns] for ns in all_sizes]
         if not _lists_equal(keys, all_ptrs, all_sizes) or any(len(p) != len(n) for p, n in zip(all_ptrs, all_sizes)):
@@ -1336,7 +1358,7 @@ class MooncakeDistributedStore:
 
     def batch_is_exist(self, keys):
         """1, 0 or a negative code per key."""
-        keys = list(keys)
+        keys = _key_list(keys)
         if not keys:
             return []
         out = self._call(lambda s: [_upstream(x) for x in s.batch_is_exist(keys)])
@@ -1364,7 +1386,7 @@ class MooncakeDistributedStore:
 
     def batch_remove(self, keys, force=False):
         """remove for each key; one code per key."""
-        keys = list(keys)
+        keys = _key_list(keys)
         if not keys:
             return []
         out = self._call(lambda s: [_upstream(c) for c in s.batch_remove(keys, bool(force))])
@@ -1378,7 +1400,7 @@ class MooncakeDistributedStore:
 
     def batch_get_replica_desc(self, keys):
         """{key: [ReplicaDescriptor, ...]} for the keys that can be read."""
-        keys = list(keys)
+        keys = _key_list(keys)
         if not keys:
             return {}
         out = self._call(lambda s: s.replica_desc(keys), default=None)
@@ -1418,7 +1440,7 @@ class MooncakeDistributedStore:
 
     def batch_pub_tensor(self, keys, tensors_list, config=_DEFAULT_CONFIG):
         """pub_tensor for each key; one code per key."""
-        keys, tensors = list(keys), list(tensors_list)
+        keys, tensors = _key_list(keys), list(tensors_list)
         if len(keys) != len(tensors):
             return [INVALID_PARAMS] * len(keys)
         return [self.pub_tensor(k, t, config) for k, t in zip(keys, tensors)]
@@ -1443,7 +1465,7 @@ class MooncakeDistributedStore:
 
     def batch_upsert_pub_tensor(self, keys, tensors_list, config=_DEFAULT_CONFIG):
         """upsert_pub_tensor for each key; one code per key."""
-        keys, tensors = list(keys), list(tensors_list)
+        keys, tensors = _key_list(keys), list(tensors_list)
         if len(keys) != len(tensors):
             return [INVALID_PARAMS] * len(keys)
         return [self.upsert_pub_tensor(k, t, config) for k, t in zip(keys, tensors)]
@@ -1466,7 +1488,7 @@ class MooncakeDistributedStore:
     def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
         """get_tensor_into for each key ([-600] * len(keys) for mismatched
         lists or a NULL pointer, as upstream)."""
-        keys, ptrs, sizes = list(keys), [int(p) for p in buffer_ptrs], list(sizes)
+        keys, ptrs, sizes = _key_list(keys), [int(p) for p in buffer_ptrs], list(sizes)
         if not _lists_equal(keys, ptrs, sizes) or any(p == 0 for p in ptrs) or self._s is None:
             return [INVALID_PARAMS] * len(keys)
         got = self.batch_get_into(keys, ptrs, sizes)
@@ -1490,7 +1512,7 @@ class MooncakeDistributedStore:
     def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
         """put_tensor_from for each key ([-600] * len(keys) when any entry
         is invalid, as upstream)."""
-        keys, ptrs, sizes = list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
+        keys, ptrs, sizes = _key_list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
         if self._s is None or not _lists_equal(keys, ptrs, sizes):
             return [INVALID_PARAMS] * len(keys)
         if not keys:
@@ -1507,7 +1529,7 @@ class MooncakeDistributedStore:
 
     def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
         """upsert_tensor_from for each key."""
-        keys, ptrs, sizes = list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
+        keys, ptrs, sizes = _key_list(keys), [int(p) for p in buffer_ptrs], [int(n) for n in sizes]
         if self._s is None or not _lists_equal(keys, ptrs, sizes):
             return [INVALID_PARAMS] * len(keys)
         hs = _tensor_metadata_size()

@@ -5,6 +5,7 @@ upstream's return codes. The master runs with a 500 ms lease (conftest).
 """
 
 import ctypes
+import logging
 import mmap
 import subprocess
 import sys
@@ -521,3 +522,29 @@ def test_init_all_uses_upstream_defaults():
             s.init_all("tcp", "")  # all three arguments, as upstream
     finally:
         s.close()
+
+
+def test_key_lists_are_type_checked(store):
+    """A str where a list of keys belongs, or a key that is neither str nor
+    bytes, raises TypeError as upstream's bindings do, instead of being
+    taken character by character or dropped."""
+    assert store.put("tk", b"v") == 0
+    with pytest.raises(TypeError, match=r"keys\[1\]"):
+        store.get_batch(["tk", 1])
+    with pytest.raises(TypeError, match="single str"):
+        store.batch_is_exist("abc")
+    with pytest.raises(TypeError, match="single bytes"):
+        store.batch_remove(b"tk")
+    assert store.batch_is_exist(["tk", b"tk", "nope"]) == [1, 1, 0]
+
+
+def test_failures_are_logged_at_error(make_store, caplog):
+    """A failed call says why at ERROR (upstream's client logs it); a
+    missing key is an answer, logged at DEBUG only."""
+    s = make_store(global_segment_size=32 * MIB, local_buffer_size=MIB)
+    with caplog.at_level(logging.DEBUG, logger="mooncake.store"):
+        assert s.put(unique("big"), b"x" * (2 * MIB)) == -600
+        assert s.get_size("missing-key") == -704
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("local buffer" in r.getMessage() for r in errors), [r.getMessage() for r in caplog.records]
+    assert not any("missing-key" in r.getMessage() for r in errors)

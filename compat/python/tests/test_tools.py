@@ -128,6 +128,9 @@ def test_client_mapping():
     assert flag(a, "local_hostname") == "node-7" and flag(a, "bind") is None
     with pytest.raises(g.UsageError):
         cli_client.translate(["--bogus"])
+    # A bad size names the flag the user gave, not the node's.
+    with pytest.raises(g.UsageError, match="--global_segment_size=abc"):
+        cli_client.translate(["--global_segment_size=abc"])
 
 
 def test_bench_mapping():

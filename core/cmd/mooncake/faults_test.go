@@ -276,6 +276,8 @@ func TestExitStatuses(t *testing.T) {
 	}{
 		// Usage errors.
 		{"master bad flag value", []string{"master", "--rpc_port", "x"}, 2, `invalid argument "x"`},
+		{"master port out of range", []string{"master", "--rpc_port", "70000"}, 2, "--rpc_port=70000 is not a port"},
+		{"master negative port", []string{"master", "--rpc_port", "0", "--metrics_port", "-1"}, 2, "--metrics_port=-1 is not a port"},
 		{"master bad strategy", []string{"master", "--allocation_strategy", "bogus", "--rpc_port", "0", "--metrics_port", "0", "--enable_http_metadata_server=false"}, 2, `allocation_strategy "bogus"`},
 		{"node bad size", []string{"node", "--segment-size", "0"}, 2, "--segment-size"},
 		{"node stray argument", []string{"node", "extra"}, 2, `unknown command "extra"`},

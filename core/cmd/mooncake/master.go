@@ -50,6 +50,14 @@ one command runs a whole single-machine pool.`,
 			if err != nil {
 				return err
 			}
+			for _, p := range []struct {
+				flag string
+				v    int
+			}{{"--rpc_port", rpcPort}, {"--metrics_port", metricsPort}, {"--http_metadata_server_port", metaPort}} {
+				if p.v < 0 || p.v > 65535 {
+					return &exitError{2, fmt.Sprintf("mooncake master: %s=%d is not a port (0-65535)", p.flag, p.v)}
+				}
+			}
 			if metricsPlaintext && poolTLS == nil {
 				return &exitError{2, "mooncake master: --metrics_plaintext needs --tls-ca, --tls-cert and --tls-key (without them /metrics is plain HTTP anyway)"}
 			}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -31,7 +32,10 @@ func nodeCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			size, err := geometry.ParseSize(segSize)
-			if err != nil || size <= 0 {
+			if err != nil {
+				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size: %v (a positive size such as 4GiB)", strings.TrimPrefix(err.Error(), "geometry: "))}
+			}
+			if size <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size %q: must be a positive size such as 4GiB", segSize)}
 			}
 			// The segment is a sparse memory file: mapping more than the
