@@ -27,16 +27,13 @@ func unitBytes(unit string) (int64, bool) {
 		return 1 << 30, true
 	case "t", "tb", "tib":
 		return 1 << 40, true
-	case "p", "pb", "pib":
-		return 1 << 50, true
 	}
 	return 0, false
 }
 
 // ParseSize parses a byte count: a non-negative decimal number (digits with
 // at most one '.'), optional spaces, and an optional unit among b, k, kb,
-// kib, m, mb, mib, g, gb, gib, t, tb, tib, p, pb, pib, matched
-// case-insensitively.
+// kib, m, mb, mib, g, gb, gib, t, tb, tib, matched case-insensitively.
 // Every unit is a power of 1024, as in upstream Mooncake's size settings:
 // "4gb", "4GB" and "4GiB" all mean 4*1024^3 bytes, "16KB" means 16384, and
 // a bare number is bytes. A fractional result is truncated to whole bytes
@@ -67,7 +64,7 @@ func ParseSize(s string) (int64, error) {
 	}
 	mult, ok := unitBytes(unit)
 	if !ok {
-		return 0, fmt.Errorf("%w %q: unknown unit %q (want B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB, TiB, P, PB or PiB)", ErrInvalidSize, s, strings.TrimSpace(t[i:]))
+		return 0, fmt.Errorf("%w %q: unknown unit %q (want B, K, KB, KiB, M, MB, MiB, G, GB, GiB, T, TB or TiB)", ErrInvalidSize, s, strings.TrimSpace(t[i:]))
 	}
 	if dots == 0 {
 		v, err := strconv.ParseInt(num, 10, 64)
