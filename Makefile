@@ -66,11 +66,19 @@ proxy:
 # integration-tests/engines/vllm/*.txt; several minutes the first time) and
 # reused; the tiny random model is written into ~/.cache/mooncake-go/models.
 # Logs of every instance: $(ENGINE_LOGS).
+# The engines import our packages from the built wheel, unpacked into
+# $(WHEEL_SITE) (what `pip install` gives a user), not from the source tree.
 ENGINE_LOGS ?= build/engine-logs
-test-vllm-engine: lib build proxy
+WHEEL_SITE := build/wheel-site
+
+.PHONY: wheel-site
+wheel-site: wheel
+	rm -rf $(WHEEL_SITE) && $(PYTHON) -m zipfile -e build/wheel/mooncake_go-*.whl $(WHEEL_SITE)
+	chmod +x $(WHEEL_SITE)/mooncake_go/bin/mooncake
+test-vllm-engine: lib build proxy wheel-site
 	@rm -rf $(ENGINE_LOGS) && mkdir -p $(ENGINE_LOGS)
 	venv=$$(integration-tests/engines/venv.sh vllm) && \
-	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/vllm
 
 # The engines' own Mooncake integrations on our pool, with our `mooncake`
@@ -81,29 +89,29 @@ test-vllm-engine: lib build proxy
 # (sha256 checked against the wheel's RECORD), on a master alone
 # (P2PHANDSHAKE, SGLang's docs' recipe) and on a master + storage node.
 .PHONY: test-sglang-mooncake test-lmcache-mooncake
-test-sglang-mooncake: lib build
+test-sglang-mooncake: lib build wheel-site
 	@rm -rf $(ENGINE_LOGS)/sglang && mkdir -p $(ENGINE_LOGS)
 	venv=$$(integration-tests/engines/venv.sh sglang) && \
-	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/sglang
 
 # LMCache 0.5.6's built-in mooncakestore:// connector: KV chunks stored by
 # LMCache's StorageManager in one process, read back in a fresh one, both
 # of its data paths (put_parts/batch_get_buffer and zero-copy), pool bytes
 # checked.
-test-lmcache-mooncake: lib build
+test-lmcache-mooncake: lib build wheel-site
 	@rm -rf $(ENGINE_LOGS)/lmcache && mkdir -p $(ENGINE_LOGS)
 	venv=$$(integration-tests/engines/venv.sh lmcache) && \
-	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/lmcache
 
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the
 # connector's load/save GB/s vs. the raw store client for the same objects.
 .PHONY: bench-vllm-engine
-bench-vllm-engine: lib build
+bench-vllm-engine: lib build wheel-site
 	venv=$$(integration-tests/engines/venv.sh vllm) && \
-	MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
 		$$venv/bin/python integration-tests/engines/vllm/bench.py $(BENCH_ARGS)
 
 # Upstream-compatible Python API, engine and tools half (compat/python):

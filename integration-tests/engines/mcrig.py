@@ -29,14 +29,21 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENGINES = REPO / "integration-tests" / "engines"
 
-# Source folders of the Python packages the engines import: mooncake_go
-# (abi/python) and each adapter's mooncake_go.<engine> (<engine>/python).
-PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python"]
-
-# The upstream-compatible top-level `mooncake` package (mooncake.store,
-# mooncake.engine) that the engines' own Mooncake integrations import:
-# child_env(compat=True) puts it first on PYTHONPATH.
-COMPAT_PYTHON = REPO / "compat" / "python"
+# Where the engines import our Python packages from. With MC_WHEEL_SITE
+# (the make targets set it) that is the built wheel, unpacked (`make
+# wheel-site`): mooncake_go with its bundled libmooncake.so and binary,
+# mooncake_go.<engine>, and the upstream-compatible top-level `mooncake`
+# (mooncake.store, mooncake.engine), exactly what `pip install` gives a
+# user. Without it (a developer running one test by hand), the source
+# folders: abi/python, <engine>/python and compat/python.
+WHEEL_SITE = os.environ.get("MC_WHEEL_SITE")
+if WHEEL_SITE:
+    PYTHON_DIRS = [pathlib.Path(WHEEL_SITE)]
+    COMPAT_PYTHON = pathlib.Path(WHEEL_SITE)
+else:
+    PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python"]
+    # child_env(compat=True) puts it first on PYTHONPATH.
+    COMPAT_PYTHON = REPO / "compat" / "python"
 
 
 def mooncake_bin():
@@ -44,6 +51,10 @@ def mooncake_bin():
 
 
 def lib_path():
+    """The libmooncake.so the engines load: the wheel's own under
+    MC_WHEEL_SITE, else MOONCAKE_GO_LIB or build/libmooncake.so."""
+    if WHEEL_SITE:
+        return str(pathlib.Path(WHEEL_SITE) / "mooncake_go" / "libmooncake.so")
     return os.environ.get("MOONCAKE_GO_LIB") or str(REPO / "build" / "libmooncake.so")
 
 

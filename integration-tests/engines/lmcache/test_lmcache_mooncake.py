@@ -5,7 +5,7 @@ chunks in one process and a fresh process reads them back, through
 LMCache's own StorageManager, LocalCPUBackend and RemoteBackend (driver.py),
 with the cached LMCache environment's python
 (integration-tests/engines/venv.sh lmcache) and our `mooncake` package
-(compat/python, abi/python, build/libmooncake.so) in place of upstream's.
+(from the built wheel, unpacked by `make wheel-site`) in place of upstream's.
 
 Both of the connector's data paths run:
 - save_chunk_meta true (LMCache's default): put_parts(key, header, kv)

@@ -5,7 +5,7 @@ wheel's RECORD) as SGLang's authors run it (`python test_mooncake_store.py`:
 its batch test takes a config argument, so it is a script, not a pytest
 module), with the cached SGLang environment's python
 (integration-tests/engines/venv.sh sglang) and our `mooncake` package
-(compat/python, abi/python, build/libmooncake.so) in place of upstream's.
+(from the built wheel, unpacked by `make wheel-site`) in place of upstream's.
 
 The file builds SGLang's MooncakeStore five times (one MHA and one MLA
 rank layout each at TP 1, 4 and 8, plus a single-key case): each one

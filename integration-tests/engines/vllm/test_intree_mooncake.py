@@ -35,10 +35,10 @@ from conftest import CMD_TIMEOUT, HERE, PROMPT_SETS
 
 PD_PROMPTS = PROMPT_SETS["pd"]
 
-# Our `mooncake` package (compat/python) and mooncake_go's loader
-# (abi/python) on the instances' path; vLLM's import of
+# Our `mooncake` package and mooncake_go's loader (from the built wheel
+# under MC_WHEEL_SITE, else compat/python and abi/python) on the instances' path; vLLM's import of
 # `mooncake.engine.TransferEngine` finds ours.
-INTREE_DIRS = [mcrig.REPO / "compat" / "python", mcrig.REPO / "abi" / "python"]
+INTREE_DIRS = list(dict.fromkeys([mcrig.COMPAT_PYTHON, *mcrig.PYTHON_DIRS]))
 WORKAROUND = HERE / "cpu_device_index"
 # vLLM's ZMQ side channel and the engine's segment name take get_ip();
 # pin it so that everything but vLLM's bootstrap server (0.0.0.0, line
