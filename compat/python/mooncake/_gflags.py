@@ -201,6 +201,27 @@ def binary():
     return os.path.normpath(tried[0]) if tried else "mooncake"
 
 
+def run_tool(tool, translate, usage, argv=None):
+    """The body of every upstream-named console script: translate(argv)
+    gives (binary arguments, warning lines, parsed command line), arguments
+    None for --help / --version; usage() is the --help text. A UsageError
+    is one line and status 2; otherwise this process becomes the binary
+    (exec_binary)."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args, warnings, p = translate(argv)
+    except UsageError as e:
+        fail(str(e))
+    if args is None:
+        if p.help:
+            print(usage().rstrip("\n"))
+            return 0
+        exec_binary(tool, ["--version"])
+    for w in warnings:
+        warn(tool, w)
+    exec_binary(tool, args)
+
+
 def exec_binary(tool, args):
     """Replaces this process with `mooncake ARGS` (the process id stays the
     one the caller started, as upstream's wrappers keep it). Exits with

@@ -262,19 +262,7 @@ def usage():
 
 def main(argv=None):
     """Entry point of the mooncake_master console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args, warnings, p = translate(argv)
-    except g.UsageError as e:
-        g.fail(str(e))
-    if args is None:
-        if p.help:
-            print(usage(), end="")
-            return 0
-        g.exec_binary(TOOL, ["--version"])
-    for w in warnings:
-        g.warn(TOOL, w)
-    g.exec_binary(TOOL, args)
+    return g.run_tool(TOOL, translate, usage, argv)
 
 
 if __name__ == "__main__":

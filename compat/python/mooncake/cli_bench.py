@@ -56,21 +56,14 @@ def translate(argv):
     return args, warnings, p
 
 
+def usage():
+    """The --help text."""
+    return f"usage: {TOOL} [--flag=value ...]\nUpstream's transfer_engine_bench flags, run by `mooncake bench transfer`. Mapped: {', '.join(sorted(MAPPED))}."
+
+
 def main(argv=None):
     """Entry point of the transfer_engine_bench console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args, warnings, p = translate(argv)
-    except g.UsageError as e:
-        g.fail(str(e))
-    if args is None:
-        if p.help:
-            print(f"usage: {TOOL} [--flag=value ...]\nUpstream's transfer_engine_bench flags, run by `mooncake bench transfer`. Mapped: {', '.join(sorted(MAPPED))}.")
-            return 0
-        g.exec_binary(TOOL, ["--version"])
-    for w in warnings:
-        g.warn(TOOL, w)
-    g.exec_binary(TOOL, args)
+    return g.run_tool(TOOL, translate, usage, argv)
 
 
 if __name__ == "__main__":

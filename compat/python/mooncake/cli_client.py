@@ -95,22 +95,15 @@ def translate(argv):
     return args, warnings, p
 
 
+def usage():
+    """The --help text."""
+    return (f"usage: {TOOL} [--flag=value ...]\nUpstream's mooncake_client flags, run by mooncake-go's `mooncake node`.\n"
+            f"Mapped: {', '.join(sorted(MAPPED))}; ignored with a warning: {', '.join(sorted(IGNORED))}.")
+
+
 def main(argv=None):
     """Entry point of the mooncake_client console script."""
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args, warnings, p = translate(argv)
-    except g.UsageError as e:
-        g.fail(str(e))
-    if args is None:
-        if p.help:
-            print(f"usage: {TOOL} [--flag=value ...]\nUpstream's mooncake_client flags, run by mooncake-go's `mooncake node`.\n"
-                  f"Mapped: {', '.join(sorted(MAPPED))}; ignored with a warning: {', '.join(sorted(IGNORED))}.")
-            return 0
-        g.exec_binary(TOOL, ["--version"])
-    for w in warnings:
-        g.warn(TOOL, w)
-    g.exec_binary(TOOL, args)
+    return g.run_tool(TOOL, translate, usage, argv)
 
 
 if __name__ == "__main__":
