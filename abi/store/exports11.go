@@ -28,6 +28,20 @@ import (
 // value is a mistake, not a wish for that many copies).
 const maxReplicas = 1 << 10
 
+// beginPut is putConfig(cfg) then begin(h): on success the caller defers
+// s.release(), on failure nothing is held.
+func beginPut(h C.uint64_t, cfg *C.mc_store_replicate_config_t) (*storeClient, *putOptions, error) {
+	o, err := putConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := begin(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, o, nil
+}
+
 // putConfig decodes a replicate config; NULL is nil (defaults).
 func putConfig(cfg *C.mc_store_replicate_config_t) (*putOptions, error) {
 	if cfg == nil {
@@ -80,15 +94,11 @@ func arrays[A, B, O any](n C.size_t, keys **C.char, keyLens *C.size_t, a *A, aNa
 func mcgo_store_batch_put(h C.uint64_t, keys **C.char, keyLens *C.size_t, values *C.uintptr_t, sizes *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_batch_put"
-	s, err := begin(h)
+	s, o, err := beginPut(h, cfg)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	o, err := putConfig(cfg)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	ks, ls, vs, sz, codes, err := arrays(n, keys, keyLens, values, "values", sizes, "sizes", out, "out_codes")
 	if err != nil {
 		return cbridge.Fail(fn, err)
@@ -161,15 +171,11 @@ func mcgo_store_put_parts(h C.uint64_t, key *C.char, keyLen C.size_t, parts *C.u
 func mcgo_store_batch_put_from_config(h C.uint64_t, keys **C.char, keyLens *C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_batch_put_from_config"
-	s, err := begin(h)
+	s, o, err := beginPut(h, cfg)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	o, err := putConfig(cfg)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	b, codes, err := zeroCopyBatch(s, keys, keyLens, 1, ptrs, sizes, n, "out_codes", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
@@ -251,15 +257,11 @@ func partsBatch[O any](s *storeClient, keys **C.char, keyLens *C.size_t, ptrs *C
 func mcgo_store_batch_put_from_parts(h C.uint64_t, keys **C.char, keyLens *C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, counts *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_batch_put_from_parts"
-	s, err := begin(h)
+	s, o, err := beginPut(h, cfg)
 	if err != nil {
 		return cbridge.Fail(fn, err)
 	}
 	defer s.release()
-	o, err := putConfig(cfg)
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
 	b, lists, codes, err := partsBatch(s, keys, keyLens, ptrs, sizes, counts, n, "out_codes", out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
