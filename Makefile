@@ -105,6 +105,20 @@ test-lmcache-mooncake: lib build wheel-site
 	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/lmcache
 
+# NIXL 1.5.1 (PyPI wheel, its cached environment from
+# integration-tests/engines/nixl) loading our backend plugin
+# libplugin_MOONCAKE_GO.so by name from a folder that the wheel's `mooncake
+# install-plugin nixl` filled: two agents in two processes write and read
+# DRAM of several sizes with notifications, every byte checked, bad
+# descriptors refused, the same scenario on NIXL's UCX backend as the
+# control. Logs: $(ENGINE_LOGS)/nixl.
+.PHONY: test-nixl-engine
+test-nixl-engine: wheel-site
+	@rm -rf $(ENGINE_LOGS)/nixl && mkdir -p $(ENGINE_LOGS)
+	venv=$$(integration-tests/engines/venv.sh nixl) && \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
+		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/nixl
+
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the
 # connector's load/save GB/s vs. the raw store client for the same objects.
@@ -165,6 +179,7 @@ test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vl
 	$(MAKE) test-vllm-engine
 	$(MAKE) test-sglang-mooncake
 	$(MAKE) test-lmcache-mooncake
+	$(MAKE) test-nixl-engine
 
 # Fuzz targets (func FuzzXxx in _test.go files, found by scripts/fuzz.sh):
 # what a peer or a user can reach - tcp frames both ways, the P2P

@@ -20,12 +20,25 @@ LIBMOONCAKE := build/libmooncake.so
 # The external linker runs in a temporary directory: the script path must be absolute.
 LIBMOONCAKE_LDFLAGS := -extldflags -Wl,-soname,libmooncake.so,--version-script=$(CURDIR)/abi/libmooncake.map
 
-.PHONY: lib venv test-abi
+.PHONY: lib venv test-abi nixl-plugin
 
 # Always handed to go build, which relinks only when a dependency changed.
 lib:
 	@mkdir -p build
 	$(GO) build -buildmode=c-shared -ldflags "$(LIBMOONCAKE_LDFLAGS)" -o $(LIBMOONCAKE) ./abi/cmd/libmooncake
+
+# nixl-plugin: NIXL's backend plugin build/libplugin_MOONCAKE_GO.so, a C++
+# shim (nixl/plugin) over the mc_nixl_* functions of libmooncake.so, which
+# it finds beside itself (RUNPATH $ORIGIN). C++20 and libstdc++'s C++11
+# string ABI like NIXL's wheels; libstdc++ linked dynamically (NIXL and the
+# shim share one); only nixl_plugin_init/fini exported.
+NIXL_PLUGIN := build/libplugin_MOONCAKE_GO.so
+CXX ?= g++
+nixl-plugin: lib
+	$(CXX) -std=c++20 -O2 -fPIC -shared -Wall -Wno-invalid-offsetof -fvisibility=hidden -fvisibility-inlines-hidden \
+		-D_GLIBCXX_USE_CXX11_ABI=1 -Iabi/include -Inixl/plugin nixl/plugin/plugin.cpp -Lbuild -lmooncake \
+		-Wl,-rpath,'$$ORIGIN' -Wl,-z,nodelete -Wl,-Bsymbolic -Wl,--no-undefined \
+		-Wl,--version-script=$(CURDIR)/nixl/plugin/plugin.map -o $(NIXL_PLUGIN)
 
 venv: $(VENV)/.requirements-dev.stamp
 
@@ -53,11 +66,12 @@ test-abi: lib venv
 # the upstream tool names run the bundled binary, and the guard .pth is in
 # site-packages.
 .PHONY: wheel
-wheel: lib venv
+wheel: lib venv nixl-plugin
 	cp $(LIBMOONCAKE) abi/python/mooncake_go/libmooncake.so
+	cp $(NIXL_PLUGIN) abi/python/mooncake_go/libplugin_MOONCAKE_GO.so
 	$(GO) build -buildvcs=auto -o abi/python/mooncake_go/bin/mooncake ./core/cmd/mooncake
 	rm -rf build/wheel build/wheel-venv build/lib build/bdist.* && $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w build/wheel .
-	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/bin build/lib build/bdist.*
+	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/libplugin_MOONCAKE_GO.so abi/python/mooncake_go/bin build/lib build/bdist.*
 	rm -rf mooncake_go.egg-info compat/python/mooncake_go.egg-info
 	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
 	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; print('wheel ok:', mooncake_go.load()._name)"

@@ -1,11 +1,7 @@
 /*
  * mooncake/nixl.h - C ABI behind the NIXL backend plugin (symbol prefix
- * mc_nixl_), in libmooncake.so. DRAFT: not implemented yet; planned in a later issue (DESIGN.md)
- * (the NIXL adapter, nixl/capi and the C++ shim nixl/plugin). Nothing
- * declared here is exported by the library yet, not even
- * mc_nixl_abi_version: a library without the symbol has no NIXL adapter;
- * one that has it returns a major of at least 1. Until then the
- * declarations may change without a major bump.
+ * mc_nixl_), in libmooncake.so: package nixl/capi over package nixl (issue
+ * 14). Version 1.0: every function below is exported.
  *
  * Who calls it: only our C++ shim libplugin_<NAME>.so, which NIXL loads from
  * NIXL_PLUGIN_DIR and which links libmooncake.so (specs/nixl-plugin.md
@@ -34,8 +30,8 @@
 extern "C" {
 #endif
 
-#define MC_NIXL_ABI_VERSION_MAJOR 0
-#define MC_NIXL_ABI_VERSION_MINOR 1
+#define MC_NIXL_ABI_VERSION_MAJOR 1
+#define MC_NIXL_ABI_VERSION_MINOR 0
 #define MC_NIXL_ABI_VERSION ((uint32_t)((MC_NIXL_ABI_VERSION_MAJOR << 16) | MC_NIXL_ABI_VERSION_MINOR))
 
 /* Memory types (nixl_mem_t values). */
@@ -85,12 +81,15 @@ typedef struct mc_nixl_kv {
   size_t value_len;
 } mc_nixl_kv_t;
 
-/* mc_nixl_abi_version returns MC_NIXL_ABI_VERSION of the library. Not exported yet (draft). */
+/* mc_nixl_abi_version returns MC_NIXL_ABI_VERSION of the library. */
 uint32_t mc_nixl_abi_version(void);
 
 /* mc_nixl_check_host tells whether the shim (built for shim_abi, this
  * header's version) may run against NIXL ABI family nixl_family (spec
- * section 0); MC_NIXL_ERR_HOST_FAMILY otherwise. (nixl_plugin_init) */
+ * section 0; family D, NIXL 1.0 to 1.5, is 4 and the only one built);
+ * MC_NIXL_ERR_HOST_FAMILY otherwise, also when shim_abi's major is not this
+ * library's. (nixl_plugin_init) */
+#define MC_NIXL_FAMILY_D 4
 int mc_nixl_check_host(uint32_t shim_abi, uint32_t nixl_family);
 
 /* mc_nixl_backend_options fills *out with the default parameters, packed
@@ -100,8 +99,12 @@ int mc_nixl_backend_options(mc_buf_t* out);
 /*
  * mc_nixl_create starts an engine for local agent name agent[0..agent_len)
  * with params[0..n) (nixlBackendInitParams: customParams; enable_prog_thread
- * and telemetry as flags bit 0 and bit 1; pthr_delay_us). (constructor;
- * an error makes the shim set initErr)
+ * and telemetry as flags bit 0 and bit 1; pthr_delay_us; the engine runs
+ * its own goroutines whatever they say). Parameters: "ip_addr" (listen and
+ * publish address; default the first non-loopback IPv4 address, else
+ * 127.0.0.1), "request_timeout_ms" (default 60000), "workers" (default
+ * 16); an unknown key or a bad value is MC_ERR_INVALID_ARGUMENT naming it.
+ * (constructor; an error makes the shim set initErr)
  */
 int mc_nixl_create(const char* agent, size_t agent_len, const mc_nixl_kv_t* params, size_t n,
                    uint32_t flags, uint64_t pthr_delay_us, mc_nixl_engine_t** out);
