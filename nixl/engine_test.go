@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/stretchr/testify/assert"
@@ -18,7 +17,7 @@ type agentT struct {
 	reg uint64
 }
 
-func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
+func addrOf(b []byte) uint64 { return memory.AddrOf(b) }
 
 func newAgent(t *testing.T, name string, size int) *agentT {
 	t.Helper()

@@ -34,7 +34,7 @@ int mc_nixl_caps(mc_nixl_engine_t* e, uint32_t* out) { return mcgo_nixl_caps(han
 
 int mc_nixl_register(mc_nixl_engine_t* e, uint64_t addr, uint64_t len, uint64_t dev_id, int mem, const void* meta,
                      size_t meta_len, uint64_t* out_md) {
-  return mcgo_nixl_register(handle_of(e), addr, len, dev_id, mem, (void*)meta, meta_len, out_md);
+  return mcgo_nixl_register(handle_of(e), addr, len, dev_id, mem, (uintptr_t)meta, meta_len, out_md);
 }
 
 int mc_nixl_deregister(mc_nixl_engine_t* e, uint64_t md) { return mcgo_nixl_deregister(handle_of(e), md); }
@@ -47,7 +47,7 @@ int mc_nixl_conn_info(mc_nixl_engine_t* e, mc_buf_t* out) { return mcgo_nixl_con
 
 int mc_nixl_load_remote_conn(mc_nixl_engine_t* e, const char* agent, size_t agent_len, const void* info,
                              size_t info_len) {
-  return mcgo_nixl_load_remote_conn(handle_of(e), (char*)agent, agent_len, (void*)info, info_len);
+  return mcgo_nixl_load_remote_conn(handle_of(e), (char*)agent, agent_len, (uintptr_t)info, info_len);
 }
 
 int mc_nixl_connect(mc_nixl_engine_t* e, const char* agent, size_t agent_len) {
@@ -61,7 +61,7 @@ int mc_nixl_disconnect(mc_nixl_engine_t* e, const char* agent, size_t agent_len)
 int mc_nixl_load_remote_md(mc_nixl_engine_t* e, uint64_t addr, uint64_t len, uint64_t dev_id, int mem,
                            const void* blob, size_t blob_len, const char* agent, size_t agent_len,
                            uint64_t* out_md) {
-  return mcgo_nixl_load_remote_md(handle_of(e), addr, len, dev_id, mem, (void*)blob, blob_len, (char*)agent,
+  return mcgo_nixl_load_remote_md(handle_of(e), addr, len, dev_id, mem, (uintptr_t)blob, blob_len, (char*)agent,
                                   agent_len, out_md);
 }
 
@@ -75,14 +75,14 @@ int mc_nixl_prep_xfer(mc_nixl_engine_t* e, int op, int lmem, const mc_nixl_desc_
                       const mc_nixl_desc_t* remote, size_t n_remote, const char* agent, size_t agent_len,
                       const void* custom, size_t custom_len, uint64_t* out_req) {
   return mcgo_nixl_prep_xfer(handle_of(e), op, lmem, (mc_nixl_desc_t*)local, n_local, rmem, (mc_nixl_desc_t*)remote,
-                             n_remote, (char*)agent, agent_len, (void*)custom, custom_len, out_req);
+                             n_remote, (char*)agent, agent_len, (uintptr_t)custom, custom_len, out_req);
 }
 
 int mc_nixl_post_xfer(mc_nixl_engine_t* e, uint64_t req, int op, const mc_nixl_desc_t* local, size_t n_local,
                       const mc_nixl_desc_t* remote, size_t n_remote, int has_notif, const void* notif,
                       size_t notif_len, int32_t* out_state) {
   return mcgo_nixl_post_xfer(handle_of(e), req, op, (mc_nixl_desc_t*)local, n_local, (mc_nixl_desc_t*)remote, n_remote,
-                             has_notif, (void*)notif, notif_len, out_state);
+                             has_notif, (uintptr_t)notif, notif_len, out_state);
 }
 
 int mc_nixl_check_xfer(mc_nixl_engine_t* e, uint64_t req, int32_t* out_state) {
@@ -94,5 +94,5 @@ int mc_nixl_release_req(mc_nixl_engine_t* e, uint64_t req) { return mcgo_nixl_re
 int mc_nixl_get_notifs(mc_nixl_engine_t* e, mc_buf_t* out) { return mcgo_nixl_get_notifs(handle_of(e), out); }
 
 int mc_nixl_gen_notif(mc_nixl_engine_t* e, const char* agent, size_t agent_len, const void* msg, size_t msg_len) {
-  return mcgo_nixl_gen_notif(handle_of(e), (char*)agent, agent_len, (void*)msg, msg_len);
+  return mcgo_nixl_gen_notif(handle_of(e), (char*)agent, agent_len, (uintptr_t)msg, msg_len);
 }

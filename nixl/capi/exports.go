@@ -9,7 +9,6 @@ import "C"
 
 import (
 	"errors"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	"github.com/mooncake-go/mooncake/core/transfer/cuda"
@@ -65,14 +64,17 @@ func lookup(h C.uint64_t) (*nixl.Engine, error) {
 	return cbridge.Lookup[*nixl.Engine](cbridge.Handles, cbridge.Handle(h), "nixl engine")
 }
 
-// bytesN copies the n bytes at p (any bytes; n == 0 gives an empty, non-nil
-// slice whatever p is).
-func bytesN(what string, p unsafe.Pointer, n C.size_t) ([]byte, error) {
+// bytesN copies the n bytes at address p (any bytes; n == 0 gives an
+// empty, non-nil slice whatever p is).
+func bytesN(what string, p C.uintptr_t, n C.size_t) ([]byte, error) {
 	if n == 0 {
 		return []byte{}, nil
 	}
-	s, err := cbridge.GoStringN(what, (*C.char)(p), uintptr(n))
-	return []byte(s), err
+	b, err := cbridge.ForeignBytes(what, uintptr(p), uintptr(n))
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // stringN copies the agent name or string at p (n bytes, not empty).
@@ -155,11 +157,13 @@ func mcgo_nixl_create(agent *C.char, agentLen C.size_t, params *C.mc_nixl_kv_t, 
 			if err != nil {
 				return fail(fn, err)
 			}
-			v, err := bytesN("params value", unsafe.Pointer(kv.value), kv.value_len)
-			if err != nil {
-				return fail(fn, err)
+			v := ""
+			if kv.value_len > 0 { // an empty value may come with any pointer
+				if v, err = stringN("params value", kv.value, kv.value_len); err != nil {
+					return fail(fn, err)
+				}
 			}
-			cfg.Params[k] = string(v)
+			cfg.Params[k] = v
 		}
 	}
 	// VRAM needs a CUDA runtime in the process; without one the engine
@@ -202,7 +206,7 @@ func mcgo_nixl_caps(h C.uint64_t, out *C.uint32_t) (rc int32) {
 }
 
 //export mcgo_nixl_register
-func mcgo_nixl_register(h C.uint64_t, addr, n, dev C.uint64_t, mem C.int, meta unsafe.Pointer, metaLen C.size_t, out *C.uint64_t) (rc int32) {
+func mcgo_nixl_register(h C.uint64_t, addr, n, dev C.uint64_t, mem C.int, meta C.uintptr_t, metaLen C.size_t, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_register"
 	if out == nil {
@@ -272,7 +276,7 @@ func mcgo_nixl_conn_info(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 }
 
 //export mcgo_nixl_load_remote_conn
-func mcgo_nixl_load_remote_conn(h C.uint64_t, agent *C.char, agentLen C.size_t, info unsafe.Pointer, infoLen C.size_t) (rc int32) {
+func mcgo_nixl_load_remote_conn(h C.uint64_t, agent *C.char, agentLen C.size_t, info C.uintptr_t, infoLen C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_load_remote_conn"
 	e, err := lookup(h)
@@ -321,7 +325,7 @@ func mcgo_nixl_disconnect(h C.uint64_t, agent *C.char, agentLen C.size_t) (rc in
 }
 
 //export mcgo_nixl_load_remote_md
-func mcgo_nixl_load_remote_md(h, addr, n, dev C.uint64_t, mem C.int, blob unsafe.Pointer, blobLen C.size_t, agent *C.char, agentLen C.size_t, out *C.uint64_t) (rc int32) {
+func mcgo_nixl_load_remote_md(h, addr, n, dev C.uint64_t, mem C.int, blob C.uintptr_t, blobLen C.size_t, agent *C.char, agentLen C.size_t, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_load_remote_md"
 	if out == nil {
@@ -378,7 +382,7 @@ func mcgo_nixl_unload_md(h, md C.uint64_t) (rc int32) {
 }
 
 //export mcgo_nixl_prep_xfer
-func mcgo_nixl_prep_xfer(h C.uint64_t, op, lmem C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, rmem C.int, remote *C.mc_nixl_desc_t, nRemote C.size_t, agent *C.char, agentLen C.size_t, custom unsafe.Pointer, customLen C.size_t, out *C.uint64_t) (rc int32) {
+func mcgo_nixl_prep_xfer(h C.uint64_t, op, lmem C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, rmem C.int, remote *C.mc_nixl_desc_t, nRemote C.size_t, agent *C.char, agentLen C.size_t, custom C.uintptr_t, customLen C.size_t, out *C.uint64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_prep_xfer"
 	if out == nil {
@@ -417,7 +421,7 @@ func state(done bool) C.int32_t {
 }
 
 //export mcgo_nixl_post_xfer
-func mcgo_nixl_post_xfer(h, req C.uint64_t, op C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, remote *C.mc_nixl_desc_t, nRemote C.size_t, hasNotif C.int, notif unsafe.Pointer, notifLen C.size_t, out *C.int32_t) (rc int32) {
+func mcgo_nixl_post_xfer(h, req C.uint64_t, op C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, remote *C.mc_nixl_desc_t, nRemote C.size_t, hasNotif C.int, notif C.uintptr_t, notifLen C.size_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_post_xfer"
 	if out == nil {
@@ -495,7 +499,7 @@ func mcgo_nixl_get_notifs(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 }
 
 //export mcgo_nixl_gen_notif
-func mcgo_nixl_gen_notif(h C.uint64_t, agent *C.char, agentLen C.size_t, msg unsafe.Pointer, msgLen C.size_t) (rc int32) {
+func mcgo_nixl_gen_notif(h C.uint64_t, agent *C.char, agentLen C.size_t, msg C.uintptr_t, msgLen C.size_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_nixl_gen_notif"
 	e, err := lookup(h)
