@@ -119,6 +119,17 @@ test-nixl-engine: wheel-site
 	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_ENGINE_LOGS=$(CURDIR)/$(ENGINE_LOGS) \
 		$$venv/bin/python -m pytest -q -p no:cacheprovider -rA --durations=0 integration-tests/engines/nixl
 
+# NIXL benchmark (not part of make test): our backend vs NIXL's UCX on the
+# same two-process agents, same run, alternating rounds: 64 KiB and 1 MiB
+# DRAM writes in requests of 128 descriptors (BENCH_ARGS: --sizes, --batch,
+# --iters, --rounds, --json).
+.PHONY: bench-nixl
+bench-nixl: wheel-site
+	venv=$$(integration-tests/engines/venv.sh nixl) && d=$$(mktemp -d) && \
+	$(WHEEL_SITE)/mooncake_go/bin/mooncake install-plugin nixl --dir $$d >/dev/null && \
+	MC_NIXL_PLUGIN_DIR=$$d $$venv/bin/python integration-tests/engines/nixl/bench.py $(BENCH_ARGS); \
+	rc=$$?; rm -rf $$d; exit $$rc
+
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the
 # connector's load/save GB/s vs. the raw store client for the same objects.
