@@ -523,6 +523,26 @@ func (e *Engine) checkLists(op int, lmem int, local []Desc, rmem int, remote []D
 	return reqs, nil
 }
 
+// merge joins runs of descriptor pairs that continue each other on both
+// sides inside the same registrations (local[i] starts where local[i-1]
+// ends, remote[i] likewise, same metadata ids) into one request each: a
+// request list of contiguous KV blocks moves as a few large transfers
+// instead of many small ones. reqs[i] is the request of pair i.
+func merge(local, remote []Desc, reqs []transfer.Request) []transfer.Request {
+	out := reqs[:0]
+	for i, q := range reqs {
+		if n := len(out); n > 0 && local[i].MD == local[i-1].MD && remote[i].MD == remote[i-1].MD {
+			p := &out[n-1]
+			if p.Source+p.Length == q.Source && p.TargetOffset+p.Length == q.TargetOffset {
+				p.Length += q.Length
+				continue
+			}
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
 // within reports whether [a, a+n) lies in [ra, ra+rn).
 func within(a, n, ra, rn uint64) bool {
 	return a >= ra && a-ra <= rn && n <= rn-(a-ra)
@@ -611,6 +631,7 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 		e.mu.Unlock()
 		return false, err
 	}
+	reqs = merge(local, remote, reqs)
 	r.inflight, r.done, r.err = true, false, nil
 	agent := r.agent
 	e.wg.Add(1)

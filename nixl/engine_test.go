@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -271,4 +272,21 @@ func TestPackNotifs(t *testing.T) {
 	assert.Equal(t, in[2], out[2])
 	_, err = UnpackNotifs([]byte{5, 0, 0, 0, 'a'})
 	require.ErrorIs(t, err, ErrMismatch)
+}
+
+func TestMerge(t *testing.T) {
+	l := []Desc{{Addr: 100, Len: 10, MD: 1}, {Addr: 110, Len: 5, MD: 1}, {Addr: 115, Len: 5, MD: 2}, {Addr: 200, Len: 5, MD: 2}, {Addr: 205, Len: 5, MD: 2}}
+	r := []Desc{{Addr: 1000, Len: 10, MD: 7}, {Addr: 1010, Len: 5, MD: 7}, {Addr: 1015, Len: 5, MD: 7}, {Addr: 1020, Len: 5, MD: 7}, {Addr: 1026, Len: 5, MD: 7}}
+	reqs := make([]transfer.Request, len(l))
+	for i := range l {
+		reqs[i] = transfer.Request{Source: l[i].Addr, TargetOffset: r[i].Addr, Length: l[i].Len}
+	}
+	got := merge(l, r, reqs)
+	want := []transfer.Request{
+		{Source: 100, TargetOffset: 1000, Length: 15}, // 0+1 continue on both sides
+		{Source: 115, TargetOffset: 1015, Length: 5},  // another local registration
+		{Source: 200, TargetOffset: 1020, Length: 5},  // local gap
+		{Source: 205, TargetOffset: 1026, Length: 5},  // remote gap
+	}
+	assert.Equal(t, want, got)
 }

@@ -46,7 +46,7 @@ def role_target(d, backend, total):
     return 1
 
 
-def role_initiator(d, backend, size, batch, iters):
+def role_initiator(d, backend, size, batch, iters, scattered):
     import numpy as np
     from nixl._api import nixl_agent, nixl_agent_config
 
@@ -65,7 +65,10 @@ def role_initiator(d, backend, size, batch, iters):
     with open(os.path.join(d, "t.addr")) as f:
         base = int(f.read())
     ld = agent.get_xfer_descs([(buf.ctypes.data + i * size, size, 0) for i in range(batch)], "DRAM")
-    rd = agent.get_xfer_descs([(base + i * size, size, 0) for i in range(batch)], "DRAM")
+    # contiguous: descriptor i lands right after i-1 (consecutive KV blocks);
+    # scattered: in reverse order, so no two descriptors continue each other.
+    slot = (lambda i: batch - 1 - i) if scattered else (lambda i: i)
+    rd = agent.get_xfer_descs([(base + slot(i) * size, size, 0) for i in range(batch)], "DRAM")
     h = agent.initialize_xfer("WRITE", ld, rd, peer)
 
     def once():
@@ -87,7 +90,7 @@ def role_initiator(d, backend, size, batch, iters):
     return 0
 
 
-def one_round(backend, size, batch, iters, plugin_dir):
+def one_round(backend, size, batch, iters, scattered, plugin_dir):
     env = dict(os.environ)
     env.pop("NIXL_PLUGIN_DIR", None)
     if backend == "MOONCAKE_GO":
@@ -96,7 +99,7 @@ def one_round(backend, size, batch, iters, plugin_dir):
         me = [sys.executable, os.path.abspath(__file__)]
         t = subprocess.Popen(me + ["--role", "target", d, backend, str(size * batch)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            out = subprocess.run(me + ["--role", "initiator", d, backend, str(size), str(batch), str(iters)], env=env, capture_output=True, text=True, timeout=600)
+            out = subprocess.run(me + ["--role", "initiator", d, backend, str(size), str(batch), str(iters), str(int(scattered))], env=env, capture_output=True, text=True, timeout=600)
         finally:
             try:
                 t.wait(60)
@@ -120,26 +123,28 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layouts", default="contiguous,scattered", help="remote descriptor order: contiguous (consecutive blocks), scattered (reversed)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     plugin_dir = os.environ.get("MC_NIXL_PLUGIN_DIR")
     if not plugin_dir:
         sys.exit("bench.py: set MC_NIXL_PLUGIN_DIR to a folder `mooncake install-plugin nixl` filled")
     rows = []
-    for size in [int(s) for s in a.sizes.split(",")]:
-        got = {"MOONCAKE_GO": [], "UCX": []}
-        for r in range(a.rounds):
-            for b in ("MOONCAKE_GO", "UCX"):
-                got[b].append(one_round(b, size, a.batch, a.iters, plugin_dir))
-                print(f"size {size:>8} batch {a.batch} round {r + 1} {b:<11} {got[b][-1]:8.3f} GB/s", file=sys.stderr, flush=True)
-        ours, ucx = statistics.median(got["MOONCAKE_GO"]), statistics.median(got["UCX"])
-        rows.append({"size": size, "batch": a.batch, "ours_gbps": ours, "ucx_gbps": ucx, "ratio": ours / ucx, "rounds": got})
+    for layout in a.layouts.split(","):
+        for size in [int(s) for s in a.sizes.split(",")]:
+            got = {"MOONCAKE_GO": [], "UCX": []}
+            for r in range(a.rounds):
+                for b in ("MOONCAKE_GO", "UCX"):
+                    got[b].append(one_round(b, size, a.batch, a.iters, layout == "scattered", plugin_dir))
+                    print(f"{layout} size {size:>8} batch {a.batch} round {r + 1} {b:<11} {got[b][-1]:8.3f} GB/s", file=sys.stderr, flush=True)
+            ours, ucx = statistics.median(got["MOONCAKE_GO"]), statistics.median(got["UCX"])
+            rows.append({"layout": layout, "size": size, "batch": a.batch, "ours_gbps": ours, "ucx_gbps": ucx, "ratio": ours / ucx, "rounds": got})
     if a.json:
         print(json.dumps(rows))
     else:
-        print(f"{'size':>9} {'batch':>5} {'MOONCAKE_GO GB/s':>17} {'UCX GB/s':>9} {'ours/UCX':>9}")
+        print(f"{'layout':<11} {'size':>9} {'batch':>5} {'MOONCAKE_GO GB/s':>17} {'UCX GB/s':>9} {'ours/UCX':>9}")
         for r in rows:
-            print(f"{r['size']:>9} {r['batch']:>5} {r['ours_gbps']:>17.3f} {r['ucx_gbps']:>9.3f} {r['ratio']:>8.2f}x")
+            print(f"{r['layout']:<11} {r['size']:>9} {r['batch']:>5} {r['ours_gbps']:>17.3f} {r['ucx_gbps']:>9.3f} {r['ratio']:>8.2f}x")
 
 
 if __name__ == "__main__":
