@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/metadata/p2pmeta"
@@ -64,13 +65,17 @@ const (
 	ParamRequestTimeoutMs = "request_timeout_ms"
 	// ParamWorkers bounds the descriptors moving at once; default 16.
 	ParamWorkers = "workers"
+	// ParamCMA chooses the same-host path: "auto" (default) moves DRAM
+	// by cross-memory attach to a peer process that proved it is on this
+	// host and reachable (see cma.go), else over tcp; "off": always tcp.
+	ParamCMA = "cma"
 )
 
 // DefaultParams are the backend options NIXL reports for this backend
 // (get_backend_options), keys sorted.
 func DefaultParams() (keys []string, values map[string]string) {
-	values = map[string]string{ParamIPAddr: "", ParamRequestTimeoutMs: "60000", ParamWorkers: "16"}
-	keys = []string{ParamIPAddr, ParamRequestTimeoutMs, ParamWorkers}
+	values = map[string]string{ParamCMA: "auto", ParamIPAddr: "", ParamRequestTimeoutMs: "60000", ParamWorkers: "16"}
+	keys = []string{ParamCMA, ParamIPAddr, ParamRequestTimeoutMs, ParamWorkers}
 	return keys, values
 }
 
@@ -99,6 +104,8 @@ type Engine struct {
 	cuda    bool
 	hs      *p2pmeta.Store
 	te      *transfer.Engine
+	cma     *cmaInfo // published in the connection info; nil with cma=off
+	table   []byte   // the CMA table cma.addr points at (cma.go); written under mu
 
 	mu struct {
 		sync.Mutex
@@ -111,7 +118,14 @@ type Engine struct {
 		closed bool
 	}
 	wg sync.WaitGroup // posts in flight
+
+	cmaPosts, tcpPosts atomic.Int64 // posts by path (Paths)
 }
+
+// Paths returns how many posts to other agents went by CMA and how many
+// over tcp (loopback posts count as tcp: they take the transfer engine's
+// local path).
+func (e *Engine) Paths() (cma, tcp int64) { return e.cmaPosts.Load(), e.tcpPosts.Load() }
 
 // region is one registerMem.
 type region struct {
@@ -132,6 +146,8 @@ type md struct {
 // peer is one agent whose connection info was loaded.
 type peer struct {
 	seg    string
+	cma    *cmaInfo // from its connection info; nil: none
+	cmaOK  cmaState
 	id     transfer.SegmentID
 	opened bool
 	stale  bool // a remote md was loaded since the descriptor was read
@@ -156,9 +172,17 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Agent == "" {
 		return nil, fmt.Errorf("%w: local agent name is empty", ErrInvalidParam)
 	}
-	ip, timeout, workers := "", 60*time.Second, 16
+	ip, timeout, workers, useCMA := "", 60*time.Second, 16, true
 	for k, v := range cfg.Params {
 		switch k {
+		case ParamCMA:
+			switch v {
+			case "auto", "":
+			case "off":
+				useCMA = false
+			default:
+				return nil, fmt.Errorf("%w: backend parameter %s=%q (want auto or off)", ErrInvalidParam, k, v)
+			}
 		case ParamIPAddr:
 			if v != "" && net.ParseIP(v) == nil {
 				return nil, fmt.Errorf("%w: backend parameter %s=%q is not an IP address", ErrInvalidParam, k, v)
@@ -189,6 +213,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("nixl: agent %q: handshake listener on %s: %w", cfg.Agent, ip, err)
 	}
 	e := &Engine{agent: cfg.Agent, seg: hs.Name(), timeout: timeout, cuda: cfg.CUDA != nil, hs: hs}
+	if useCMA {
+		e.table = make([]byte, cmaTableLen)
+		if e.cma, err = newCookie(e.table); err != nil {
+			hs.Close()
+			return nil, fmt.Errorf("nixl: agent %q: %w", cfg.Agent, err)
+		}
+	}
 	tr := tcp.New(tcp.Config{BindAddr: net.JoinHostPort(ip, "0"), Host: ip})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -235,6 +266,9 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.mu.closed = true
+	if e.table != nil {
+		clear(e.table[:cmaCookieLen]) // initiators using CMA see the engine is gone
+	}
 	e.mu.Unlock()
 	e.wg.Wait()
 	err := e.te.Close()
@@ -255,7 +289,7 @@ func (e *Engine) Caps() uint32 {
 
 // ConnInfo is the connection info peers load (getConnInfo): printable,
 // never empty.
-func (e *Engine) ConnInfo() string { return connInfo(e.seg) }
+func (e *Engine) ConnInfo() string { return connInfo(e.seg, e.cma) }
 
 // id returns a fresh non-zero id (under mu).
 func (e *Engine) id() uint64 {
@@ -297,7 +331,22 @@ func (e *Engine) Register(buf []byte, addr, n, dev uint64, mem int) (uint64, err
 	defer e.mu.Unlock()
 	id := e.id()
 	e.mu.regs[id] = &region{addr: addr, n: n, dev: dev, mem: mem}
+	e.syncTable()
 	return id, nil
+}
+
+// syncTable rewrites the CMA table from the DRAM registrations (under mu).
+func (e *Engine) syncTable() {
+	if e.table == nil {
+		return
+	}
+	regs := make([][2]uint64, 0, len(e.mu.regs))
+	for _, r := range e.mu.regs {
+		if r.mem == MemDRAM {
+			regs = append(regs, [2]uint64{r.addr, r.n})
+		}
+	}
+	writeTable(e.table, regs)
 }
 
 // memName names a nixl_mem_t value.
@@ -324,6 +373,7 @@ func (e *Engine) Deregister(id uint64) error {
 	r, ok := e.mu.regs[id]
 	if ok {
 		delete(e.mu.regs, id)
+		e.syncTable()
 	}
 	e.mu.Unlock()
 	if !ok {
@@ -354,9 +404,12 @@ func (e *Engine) LoadRemoteConnInfo(agent, info string) error {
 	if agent == "" {
 		return fmt.Errorf("%w: remote agent name is empty", ErrInvalidParam)
 	}
-	seg, err := parseConnInfo(info)
+	seg, cma, err := parseConnInfo(info)
 	if err != nil {
 		return err
+	}
+	if e.cma == nil {
+		cma = nil // cma=off here: tcp only
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -366,7 +419,7 @@ func (e *Engine) LoadRemoteConnInfo(agent, info string) error {
 		}
 		return nil
 	}
-	e.mu.peers[agent] = &peer{seg: seg}
+	e.mu.peers[agent] = &peer{seg: seg, cma: cma}
 	return nil
 }
 
@@ -637,6 +690,20 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 	e.wg.Add(1)
 	e.mu.Unlock()
 
+	if pid := e.cmaPeer(agent, r.lmem, r.rmem, reqs); pid > 0 {
+		e.cmaPosts.Add(1)
+		notif = slices.Clone(notif)
+		op := transfer.Opcode(op)
+		go func() {
+			err := cmaCopy(pid, op, reqs, func(q transfer.Request) ([]byte, error) { return e.te.Registry().Local(q.Source, q.Length) })
+			if err == nil && notif != nil {
+				err = e.notify(agent, notif)
+			}
+			e.finish(r, err)
+		}()
+		return false, nil
+	}
+	e.tcpPosts.Add(1)
 	target := transfer.LocalSegment
 	if agent != e.agent {
 		target, err = e.segment(agent)
@@ -666,6 +733,38 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 		e.finish(r, err)
 	}()
 	return false, nil
+}
+
+// cmaPeer returns the pid to reach agent with CMA for the DRAM to DRAM
+// requests reqs, checking the peer's cookie on first use and its table of
+// registrations on every call; 0: use tcp.
+func (e *Engine) cmaPeer(agent string, lmem, rmem int, reqs []transfer.Request) int {
+	if agent == e.agent || lmem != MemDRAM || rmem != MemDRAM {
+		return 0
+	}
+	e.mu.Lock()
+	p, ok := e.mu.peers[agent]
+	if !ok || p.cma == nil {
+		e.mu.Unlock()
+		return 0
+	}
+	state, c := p.cmaOK, p.cma
+	e.mu.Unlock()
+	if state == cmaUnknown {
+		state = cmaNo
+		if cmaCheck(c) {
+			state = cmaYes
+		}
+		e.mu.Lock()
+		if p, ok := e.mu.peers[agent]; ok && p.cma == c {
+			p.cmaOK = state
+		}
+		e.mu.Unlock()
+	}
+	if state != cmaYes || !cmaCovers(c, reqs) {
+		return 0
+	}
+	return c.pid
 }
 
 // wait waits for batch (n requests; 0: no batch) and frees it; the error

@@ -20,7 +20,7 @@ type agentT struct {
 
 func addrOf(b []byte) uint64 { return memory.AddrOf(b) }
 
-func newAgent(t *testing.T, name string, size int) *agentT {
+func newAgent(t *testing.T, name string, size int, params ...string) *agentT {
 	t.Helper()
 	// Off-heap memory, as NIXL's callers register: the race detector
 	// does not see the happens-before a tcp acknowledgement carries.
@@ -28,7 +28,11 @@ func newAgent(t *testing.T, name string, size int) *agentT {
 	rg, err := memory.Map(size)
 	require.NoError(t, err)
 	t.Cleanup(func() { rg.Close() })
-	e, err := New(Config{Agent: name, Params: map[string]string{ParamIPAddr: "127.0.0.1"}})
+	ps := map[string]string{ParamIPAddr: "127.0.0.1"}
+	for i := 0; i+1 < len(params); i += 2 {
+		ps[params[i]] = params[i+1]
+	}
+	e, err := New(Config{Agent: name, Params: ps})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Close() })
 	buf := rg.Bytes()
@@ -86,9 +90,17 @@ func fill(b []byte, seed byte) {
 	}
 }
 
+// TestWriteReadWithNotification runs over both paths: CMA (the default
+// between two engines of one host; here of one process) and tcp.
 func TestWriteReadWithNotification(t *testing.T) {
-	a := newAgent(t, "A", 1<<20)
-	b := newAgent(t, "B\x00bin", 1<<20)
+	for _, cma := range []string{"auto", "off"} {
+		t.Run("cma="+cma, func(t *testing.T) { testWriteRead(t, cma) })
+	}
+}
+
+func testWriteRead(t *testing.T, cma string) {
+	a := newAgent(t, "A", 1<<20, ParamCMA, cma)
+	b := newAgent(t, "B\x00bin", 1<<20, ParamCMA, cma)
 	rmd := exchange(t, a, b)
 	fill(a.buf, 3)
 
@@ -138,6 +150,43 @@ func TestWriteReadWithNotification(t *testing.T) {
 	}
 	got = waitNotifs(t, b.e, 1)
 	assert.Equal(t, []byte{}, got[0].Msg, "an empty notification arrives as empty")
+	viaCMA, viaTCP := a.e.Paths()
+	if cma == "off" {
+		assert.Equal(t, [2]int64{0, 3}, [2]int64{viaCMA, viaTCP})
+	} else {
+		assert.Equal(t, [2]int64{3, 0}, [2]int64{viaCMA, viaTCP})
+	}
+}
+
+// TestCMARefusesStaleRanges: a range the target deregistered since the
+// initiator loaded its metadata is not written by CMA; the post goes over
+// tcp, whose target refuses it, and nothing lands.
+func TestCMARefusesStaleRanges(t *testing.T) {
+	a := newAgent(t, "A", 8192)
+	b := newAgent(t, "B", 8192)
+	rmd := exchange(t, a, b)
+	fill(a.buf, 1)
+	l := []Desc{{Addr: addrOf(a.buf), Len: 4096, MD: a.reg}}
+	r := []Desc{{Addr: addrOf(b.buf), Len: 4096, MD: rmd}}
+	req, err := a.e.PrepXfer(1, MemDRAM, l, MemDRAM, r, "B")
+	require.NoError(t, err)
+	_, err = a.e.PostXfer(req, 1, l, r, nil)
+	require.NoError(t, err)
+	require.NoError(t, waitDone(t, a.e, req))
+	require.Equal(t, a.buf[:4096], b.buf[:4096])
+	viaCMA, _ := a.e.Paths()
+	require.Equal(t, int64(1), viaCMA)
+
+	require.NoError(t, b.e.Deregister(b.reg))
+	fill(a.buf, 9)
+	_, err = a.e.PostXfer(req, 1, l, r, nil)
+	if err == nil {
+		err = waitDone(t, a.e, req)
+	}
+	require.Error(t, err, "a deregistered target range is refused")
+	viaCMA, viaTCP := a.e.Paths()
+	assert.Equal(t, [2]int64{1, 1}, [2]int64{viaCMA, viaTCP}, "the second post went over tcp")
+	assert.NotEqual(t, a.buf[:4096], b.buf[:4096], "nothing landed")
 }
 
 func TestBadDescriptors(t *testing.T) {

@@ -14,20 +14,40 @@ import (
 // the engine (its P2P handshake endpoint) after the prefix.
 const connPrefix = "mcgo-nixl1:"
 
-// connInfo is getConnInfo's string for the engine whose segment is seg.
-func connInfo(seg string) string { return connPrefix + seg }
+// connInfo is getConnInfo's string for the engine whose segment is seg,
+// with its CMA info when cma is not nil: "mcgo-nixl1:<host>:<port>" then
+// "|cma=<pid>:<cookie address>:<cookie>".
+func connInfo(seg string, cma *cmaInfo) string {
+	if cma == nil {
+		return connPrefix + seg
+	}
+	return connPrefix + seg + cma.format()
+}
 
-// parseConnInfo returns the segment name in a peer's connection info.
-// Errors: ErrMismatch naming what is wrong (not ours, malformed host:port).
-func parseConnInfo(info string) (string, error) {
-	seg, ok := strings.CutPrefix(info, connPrefix)
+// parseConnInfo returns the segment name and CMA info (nil if none) in a
+// peer's connection info. Errors: ErrMismatch naming what is wrong (not
+// ours, malformed host:port or cma field).
+func parseConnInfo(info string) (string, *cmaInfo, error) {
+	rest, ok := strings.CutPrefix(info, connPrefix)
 	if !ok {
-		return "", fmt.Errorf("%w: connection info %.40q is not a mooncake-go NIXL engine's (want %q...)", ErrMismatch, info, connPrefix)
+		return "", nil, fmt.Errorf("%w: connection info %.40q is not a mooncake-go NIXL engine's (want %q...)", ErrMismatch, info, connPrefix)
 	}
+	seg, extra, hasExtra := strings.Cut(rest, "|")
 	if _, _, err := p2pmeta.SplitName(seg); err != nil {
-		return "", fmt.Errorf("%w: connection info %.60q: %v", ErrMismatch, info, err)
+		return "", nil, fmt.Errorf("%w: connection info %.60q: %v", ErrMismatch, info, err)
 	}
-	return seg, nil
+	if !hasExtra {
+		return seg, nil, nil
+	}
+	f, ok := strings.CutPrefix(extra, "cma=")
+	if !ok {
+		return "", nil, fmt.Errorf("%w: connection info %.80q: unknown field after %q", ErrMismatch, info, seg)
+	}
+	c, err := parseCMA(f)
+	if err != nil {
+		return "", nil, err
+	}
+	return seg, &c, nil
 }
 
 // publicMagic starts a registration's public data (getPublicData): magic,

@@ -9,6 +9,8 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
+	"os"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	"github.com/mooncake-go/mooncake/core/transfer/cuda"
@@ -186,6 +188,11 @@ func mcgo_nixl_destroy(h C.uint64_t) (rc int32) {
 	e, err := cbridge.Take[*nixl.Engine](cbridge.Handles, cbridge.Handle(h), "nixl engine")
 	if err != nil {
 		return fail(fn, err)
+	}
+	// One line at teardown says which path the posts took (operators
+	// check that same-host peers got cross-memory attach).
+	if c, t := e.Paths(); c+t > 0 {
+		fmt.Fprintf(os.Stderr, "[mooncake-go NIXL backend] agent %q: %d posts by cross-memory attach, %d over tcp\n", e.Agent(), c, t)
 	}
 	return done(fn, e.Close())
 }

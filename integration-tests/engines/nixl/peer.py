@@ -42,8 +42,11 @@ def pattern(seed, n):
 
 
 def params(backend):
-    # Tests listen on 127.0.0.1 only; UCX takes its defaults.
-    return {"ip_addr": "127.0.0.1"} if backend == "MOONCAKE_GO" else {}
+    # Tests listen on 127.0.0.1 only; UCX takes its defaults. MC_NIXL_PARAMS
+    # (JSON) adds backend parameters, e.g. {"cma": "off"} for our tcp path.
+    if backend != "MOONCAKE_GO":
+        return {}
+    return {"ip_addr": "127.0.0.1", **json.loads(os.environ.get("MC_NIXL_PARAMS", "{}"))}
 
 
 def publish(d, name, agent, extra):

@@ -10,6 +10,7 @@ nixl); MC_WHEEL_SITE names the unpacked wheel.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -49,13 +50,17 @@ def env_for(backend, plugin_dir):
     return env
 
 
-@pytest.mark.parametrize("backend", ["MOONCAKE_GO", "UCX"])
-def test_two_agents(backend, plugin_dir, tmp_path):
+# Our backend on each of its paths between two processes of one host
+# (cross-memory attach, the default; tcp with cma=off), then NIXL's UCX.
+@pytest.mark.parametrize("backend,path", [("MOONCAKE_GO", "cma"), ("MOONCAKE_GO", "tcp"), ("UCX", "ucx")])
+def test_two_agents(backend, path, plugin_dir, tmp_path):
     LOGS.mkdir(parents=True, exist_ok=True)
     env = env_for(backend, plugin_dir)
-    target = mcrig.Proc([sys.executable, str(PEER), "target", str(tmp_path), backend], LOGS / f"{backend}-target.log", env=env, name=f"{backend} target")
+    if path == "tcp":
+        env["MC_NIXL_PARAMS"] = json.dumps({"cma": "off"})
+    target = mcrig.Proc([sys.executable, str(PEER), "target", str(tmp_path), backend], LOGS / f"{backend}-{path}-target.log", env=env, name=f"{backend} target")
     try:
-        init = mcrig.Proc([sys.executable, str(PEER), "initiator", str(tmp_path), backend], LOGS / f"{backend}-initiator.log", env=env, name=f"{backend} initiator")
+        init = mcrig.Proc([sys.executable, str(PEER), "initiator", str(tmp_path), backend], LOGS / f"{backend}-{path}-initiator.log", env=env, name=f"{backend} initiator")
         m = init.wait_line(r"^RESULT (.*)$", timeout=300)
         rc = init.wait(120)
         res = json.loads(m.group(1))
@@ -72,6 +77,12 @@ def test_two_agents(backend, plugin_dir, tmp_path):
         assert res["after_errors"], tails
         assert rc == 0, tails
         assert target.wait(120) == 0, target.tail()
+        if backend == "MOONCAKE_GO":
+            # The plugin's teardown line names the path the posts took.
+            m = re.search(r"agent \"initiator\": (\d+) posts by cross-memory attach, (\d+) over tcp", init.log.read_text(errors="replace"))
+            assert m, f"no path line in the initiator's log{tails}"
+            cma, tcp = int(m.group(1)), int(m.group(2))
+            assert (cma > 0 and tcp == 0) if path == "cma" else (cma == 0 and tcp > 0), f"posts: {cma} by cma, {tcp} over tcp{tails}"
     finally:
         target.stop()
 
@@ -127,7 +138,7 @@ def test_plugin_discovery_and_refusals(plugin_dir, tmp_path):
     finally:
         p.stop()
     assert out["plugins"] == ["MOONCAKE_GO"], out
-    assert set(out["params"]) == {"ip_addr", "request_timeout_ms", "workers"}
+    assert out["params"] == {"cma": "auto", "ip_addr": "", "request_timeout_ms": "60000", "workers": "16"}
     assert out["mems"] == ["DRAM_SEG"]
     assert out["bad_param"] != "created", "an unknown backend parameter must fail the backend's creation"
     assert out["backend_mems"] == ["DRAM_SEG"], "no CUDA here: DRAM only"
