@@ -8,6 +8,7 @@ package cbridge
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -94,4 +95,24 @@ func Recover(rc *int32) {
 	fmt.Fprintf(os.Stderr, "libmooncake: recovered panic: %v\n%s", r, debug.Stack())
 	SetError(fmt.Sprintf("%v: panic: %v", ErrInternal, r))
 	*rc = int32(Internal)
+}
+
+// Coded pairs a sentinel error of an adapter with the status code its
+// header gives it (e.g. vllm.ErrWrongRole -> MC_VLLM_ERR_WRONG_ROLE).
+type Coded struct {
+	Err  error
+	Code int32
+}
+
+// FailCoded ends a failed call of the C function fn as Fail does, but
+// returns the Code of the first entry of codes whose Err err wraps
+// (errors.Is), falling back to Fail's code when none matches.
+func FailCoded(fn string, err error, codes []Coded) int32 {
+	for _, c := range codes {
+		if errors.Is(err, c.Err) {
+			SetError(fn + ": " + err.Error())
+			return c.Code
+		}
+	}
+	return Fail(fn, err)
 }

@@ -30,29 +30,19 @@ const (
 // errHostFamily is mc_nixl_check_host's refusal.
 var errHostFamily = errors.New("nixl: host ABI family not supported")
 
-// fail ends a failed call: package nixl's errors get this header's codes
-// (and MC_ERR_NOT_FOUND), others cbridge's.
-func fail(fn string, err error) int32 {
-	var code int32
-	switch {
-	case errors.Is(err, nixl.ErrRemoteDisconnect):
-		code = codeRemoteDisconnect
-	case errors.Is(err, nixl.ErrRepostActive):
-		code = codeRepostActive
-	case errors.Is(err, nixl.ErrMismatch):
-		code = codeMismatch
-	case errors.Is(err, nixl.ErrNotAllowed):
-		code = codeNotAllowed
-	case errors.Is(err, nixl.ErrNotFound):
-		code = codeNotFound
-	case errors.Is(err, errHostFamily):
-		code = codeHostFamily
-	default:
-		return cbridge.Fail(fn, err)
-	}
-	cbridge.SetError(fn + ": " + err.Error())
-	return code
+// codes maps package nixl's errors to this header's codes (and
+// MC_ERR_NOT_FOUND); other errors get cbridge's.
+var codes = []cbridge.Coded{
+	{Err: nixl.ErrRemoteDisconnect, Code: codeRemoteDisconnect},
+	{Err: nixl.ErrRepostActive, Code: codeRepostActive},
+	{Err: nixl.ErrMismatch, Code: codeMismatch},
+	{Err: nixl.ErrNotAllowed, Code: codeNotAllowed},
+	{Err: nixl.ErrNotFound, Code: codeNotFound},
+	{Err: errHostFamily, Code: codeHostFamily},
 }
+
+// fail ends a failed call.
+func fail(fn string, err error) int32 { return cbridge.FailCoded(fn, err, codes) }
 
 func done(fn string, err error) int32 {
 	if err != nil {
