@@ -88,6 +88,11 @@ test-vllm-engine: lib build proxy wheel-site
 # SGLang 0.5.23's own test_mooncake_store.py from the wheel, unchanged
 # (sha256 checked against the wheel's RECORD), on a master alone
 # (P2PHANDSHAKE, SGLang's docs' recipe) and on a master + storage node.
+# The same target runs our own HiCache backend (mooncake_go.sglang) in
+# SGLang's storage code (test_sglang_hicache_backend.py): built by
+# StorageBackendFactory "dynamic", SGLang's real MHA/MLA host pools in
+# every layout round-tripped byte for byte, two processes sharing pages,
+# a dead master answering misses within the prefetch timeout.
 .PHONY: test-sglang-mooncake test-lmcache-mooncake
 test-sglang-mooncake: lib build wheel-site
 	@rm -rf $(ENGINE_LOGS)/sglang && mkdir -p $(ENGINE_LOGS)

@@ -11,9 +11,10 @@ builds them, without pinning: there is no CUDA here) hold the pages.
         zeroed, read back through batch_get_v1 (into other slots) and the
         plain batch_get/get, compared byte for byte; batch_exists of a
         prefix only partly in the pool; get_stats; clear.
-    python hicache_driver.py write EXTRA_JSON LAYOUT MLA TP_RANK TP_SIZE
-    python hicache_driver.py read  EXTRA_JSON LAYOUT MLA TP_RANK TP_SIZE
-        write: PAGES pages whose bytes depend only on the page number, by
+    python hicache_driver.py write EXTRA_JSON CASES_JSON
+    python hicache_driver.py read  EXTRA_JSON CASES_JSON
+        for each case [layout, is_mla, tp_rank, tp_size]: write stores
+        PAGES pages whose bytes depend only on the page number by
         batch_set_v1; read (another process): batch_exists and
         batch_get_v1, then the bytes checked against what write wrote.
     python hicache_driver.py deadmaster EXTRA_JSON
@@ -114,7 +115,8 @@ def content(pool, page):
 
 
 def keys(prefix, n, start=0):
-    return [f"{prefix}{i:060x}"[:64] for i in range(start, start + n)]
+    """n page hashes of 64 characters (SGLang's are hex SHA-256), distinct per prefix."""
+    return [f"{prefix}{i:0{64 - len(prefix)}x}" for i in range(start, start + n)]
 
 
 def roundtrip(extra):
@@ -174,30 +176,32 @@ def roundtrip(extra):
     return {"cases": report}
 
 
-def pair(op, extra, layout, mla, tp_rank, tp_size):
-    pool = host_pool(mla, layout)
-    b = backend(extra, mla, layout, pool, tp_rank=tp_rank, tp_size=tp_size)
-    ks = keys("shared", PAGES)
-    if op == "write":
-        for p in range(PAGES):
-            fill(pool, p, seed=7000 + p)
-        ok = b.batch_set_v1(ks, slots(range(PAGES)))
-        check(ok == [True] * PAGES, f"batch_set_v1 {ok}")
-        out = {"written": PAGES}
-    else:
-        ref = host_pool(mla, layout)
-        for p in range(PAGES):
-            fill(ref, p, seed=7000 + p)
-        n = b.batch_exists(ks)
-        check(n == PAGES, f"batch_exists {n} of {PAGES} pages the other process wrote")
-        dst = list(range(PAGES, 2 * PAGES))
-        ok = b.batch_get_v1(ks, slots(dst))
-        check(ok == [True] * PAGES, f"batch_get_v1 {ok}")
-        for p in range(PAGES):
-            check(content(pool, dst[p]) == content(ref, p), f"page {p} differs from what the writer wrote")
-        out = {"read": PAGES}
-    b.close()
-    return out
+def pair(op, extra, cases):
+    out = []
+    for layout, mla, tp_rank, tp_size in cases:
+        pool = host_pool(mla, layout)
+        b = backend(extra, mla, layout, pool, tp_rank=tp_rank, tp_size=tp_size)
+        ks = keys(f"shared{int(mla)}", PAGES)
+        what = f"{'MLA' if mla else 'MHA'}/{layout}/tp{tp_rank}of{tp_size}"
+        if op == "write":
+            for p in range(PAGES):
+                fill(pool, p, seed=7000 + p)
+            ok = b.batch_set_v1(ks, slots(range(PAGES)))
+            check(ok == [True] * PAGES, f"{what}: batch_set_v1 {ok}")
+        else:
+            ref = host_pool(mla, layout)
+            for p in range(PAGES):
+                fill(ref, p, seed=7000 + p)
+            n = b.batch_exists(ks)
+            check(n == PAGES, f"{what}: batch_exists {n} of {PAGES} pages the other process wrote")
+            dst = list(range(PAGES, 2 * PAGES))
+            ok = b.batch_get_v1(ks, slots(dst))
+            check(ok == [True] * PAGES, f"{what}: batch_get_v1 {ok}")
+            for p in range(PAGES):
+                check(content(pool, dst[p]) == content(ref, p), f"{what}: page {p} differs from what the writer wrote")
+        b.close()
+        out.append(what)
+    return {op: out}
 
 
 def deadmaster(extra):
@@ -238,7 +242,7 @@ def main(argv):
         if op == "roundtrip":
             out = roundtrip(extra)
         elif op in ("write", "read"):
-            out = pair(op, extra, argv[3], argv[4] == "1", int(argv[5]), int(argv[6]))
+            out = pair(op, extra, json.loads(argv[3]))
         elif op == "deadmaster":
             out = deadmaster(extra)
         else:
