@@ -248,10 +248,6 @@ func (s Settings) Namespace(g Geometry) (kvpool.Namespace, error) {
 	return n, nil
 }
 
-// extraOrigin names the extra config as a config source when its pool
-// keys stand in for the file.
-const extraOrigin = "hicache_storage_backend_extra_config"
-
 // PoolConfig loads the pool settings with SGLang's rules (connectors/config
 // Integration SGLang, as SGLang's own Mooncake backend): the extra config
 // when it names master_server_address, else the JSON file named by
@@ -277,13 +273,6 @@ func (s Settings) PoolConfig(env map[string]string) (cfg config.Config, notes []
 		cfg.Protocol = poolclient.DefaultProtocol
 	}
 	cfg.GlobalSegmentSize /= int64(s.TPSize * s.PPSize)
-	for _, u := range rep.Unknown {
-		if u.Origin != "extra" && u.Origin != extraOrigin {
-			notes = append(notes, fmt.Sprintf("config %s: unknown key %q (not read by any integration: misspelled?)", u.Origin, u.Key))
-		}
-	}
-	for _, w := range rep.Warnings {
-		notes = append(notes, "config: "+w)
-	}
-	return cfg, notes, nil
+	// The extra config carries SGLang's and our own keys beside the pool's.
+	return cfg, rep.Notes(func(origin string) bool { return origin == "extra" }), nil
 }
