@@ -119,6 +119,18 @@ bench-vllm-engine: lib build wheel-site
 	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
 		$$venv/bin/python integration-tests/engines/vllm/bench.py $(BENCH_ARGS)
 
+# SGLang HiCache backend benchmark (not part of make test): zero-copy v1
+# set/get of 64 pages of a 32-layer MHA model through mooncake_go.sglang,
+# as ratios of the raw store client (mooncake.store batch_put_from /
+# batch_get_into of the same buffers) and of SGLang's built-in mooncake
+# backend on our drop-in mooncake.store, same process, same run; the
+# numbers go into sglang/README.md. BENCH_ARGS: see bench_hicache.py --help.
+.PHONY: bench-sglang
+bench-sglang: lib build wheel-site
+	venv=$$(integration-tests/engines/venv.sh sglang) && \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+		$$venv/bin/python integration-tests/engines/sglang/bench_hicache.py $(BENCH_ARGS)
+
 # Upstream-compatible Python API, engine and tools half (compat/python):
 # mooncake.engine between two processes in each metadata mode (HTTP, a real
 # etcd from bin/embedded-etcd, P2PHANDSHAKE), its bad inputs, the upstream

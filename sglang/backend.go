@@ -305,22 +305,32 @@ func (b *Backend) BatchGet(ctx context.Context, ids []string, parts [][]byte, pe
 	return b.get(ctx, ids, parts, perPage, true)
 }
 
+// prepare is the common start of a read (get) or write call: the layout,
+// the object keys and the scatter lists of pages ids. keys is nil (with
+// a nil error) when there is nothing to do; a bad input fails every page
+// (counted).
+func (b *Backend) prepare(ids []string, parts [][]byte, perPage int, inHost, get bool) (l layout, keys []string, objs [][][]byte, err error) {
+	if l, err = b.layout(); err != nil || len(ids) == 0 {
+		return l, nil, nil, err
+	}
+	what := "batch_set"
+	if get {
+		what = "batch_get"
+	}
+	if keys, err = l.keys(ids); err == nil {
+		objs, err = l.objects(len(ids), parts, perPage, inHost)
+	}
+	if err != nil {
+		return l, nil, nil, b.failCall(what, err, len(ids), get)
+	}
+	return l, keys, objs, nil
+}
+
 func (b *Backend) get(ctx context.Context, ids []string, parts [][]byte, perPage int, inHost bool) ([]bool, error) {
 	ok := make([]bool, len(ids))
-	l, err := b.layout()
-	if err != nil {
+	l, keys, dsts, err := b.prepare(ids, parts, perPage, inHost, true)
+	if err != nil || keys == nil {
 		return ok, err
-	}
-	if len(ids) == 0 {
-		return ok, nil
-	}
-	keys, err := l.keys(ids)
-	if err != nil {
-		return ok, b.failCall("batch_get", err, len(ids), true)
-	}
-	dsts, err := l.objects(len(ids), parts, perPage, inHost)
-	if err != nil {
-		return ok, b.failCall("batch_get", err, len(ids), true)
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, b.getTimeout(len(ids), l.geom))
@@ -390,20 +400,9 @@ func (b *Backend) BatchSet(ctx context.Context, ids []string, parts [][]byte, pe
 
 func (b *Backend) set(ctx context.Context, ids []string, parts [][]byte, perPage int, inHost bool) ([]bool, error) {
 	ok := make([]bool, len(ids))
-	l, err := b.layout()
-	if err != nil {
+	l, keys, srcs, err := b.prepare(ids, parts, perPage, inHost, false)
+	if err != nil || keys == nil {
 		return ok, err
-	}
-	if len(ids) == 0 {
-		return ok, nil
-	}
-	keys, err := l.keys(ids)
-	if err != nil {
-		return ok, b.failCall("batch_set", err, len(ids), false)
-	}
-	srcs, err := l.objects(len(ids), parts, perPage, inHost)
-	if err != nil {
-		return ok, b.failCall("batch_set", err, len(ids), false)
 	}
 	objs := len(l.suffixes)
 	start := time.Now()
