@@ -169,6 +169,10 @@ def roundtrip(extra):
             check(m is not None and sum(m.backup_pgs) == 11 and sum(m.prefetch_pgs) >= 15, f"get_stats {m}")
             s = b.stats()
             check(s["failed_gets"] == 0 and s["failed_sets"] == 0 and s["shim_errors"] == 0, f"failures counted: {s}")
+            # Bad input from the engine side: answered, counted, never raised.
+            check(b.batch_get_v1(ks[:2], torch.arange(3, dtype=torch.int64)) == [False, False], "unaligned host_indices")
+            check(b.batch_set_v1(ks[:3], slots(src[:2])) == [False] * 3, "3 keys for 2 pages of host_indices")
+            check(b.stats()["shim_errors"] == 2, "the two bad calls are not counted")
             b.clear()
             check(b.batch_exists(ks) == 0, "pages left after clear")
             b.close()

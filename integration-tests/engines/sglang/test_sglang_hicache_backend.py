@@ -76,6 +76,19 @@ def run(args, workdir, pool, tag):
     return summary(p, log, pool, p.wait(RUN_TIMEOUT))
 
 
+@pytest.mark.skipif(not mcrig.WHEEL_SITE, reason="MC_WHEEL_SITE not set: the tests import the source tree (run through make)")
+def test_backend_comes_from_the_wheel():
+    """SGLang imports module_path mooncake_go.sglang from the built wheel, with the wheel's libmooncake.so."""
+    import subprocess
+
+    probe = "import mooncake_go, mooncake_go.sglang as m; from mooncake_go.sglang import _abi; print(m.__file__); print(_abi._lib_handle()._name)"
+    out = subprocess.run([sys.executable, "-c", probe], env=mcrig.child_env(), capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr
+    site = pathlib.Path(mcrig.WHEEL_SITE).resolve()
+    paths = [pathlib.Path(line).resolve() for line in out.stdout.split()]
+    assert len(paths) == 2 and all(site in p.parents for p in paths), (paths, site)
+
+
 def test_roundtrip_every_layout_mha_and_mla(pool, workdir):
     """create_backend("dynamic") builds our class; for MHA and MLA in
     layer_first, page_first and page_first_direct: pages written through
