@@ -185,7 +185,7 @@ def child(a, extra):
     for base_name in ("raw", "builtin"):
         res[f"ours/{base_name}"] = {op: res["ours"][op] / res[base_name][op] for op in ("set_GBps", "get_GBps")}
     print(f"{a.pages} pages x {nbytes // a.pages} B ({a.layers} layers, {a.heads} KV heads x {a.head_dim}, page {a.page}), "
-          f"{nbytes / (1 << 20):.0f} MiB per call, median of {a.rounds} rounds, tcp loopback")
+          f"{nbytes / (1 << 20):.0f} MiB per call, median of {a.rounds} rounds, one host (tcp transport, shm between its processes)")
     print(f"{'':10s} {'set GB/s':>10s} {'get GB/s':>10s}")
     for name in ("ours", "raw", "builtin"):
         print(f"{name:10s} {res[name]['set_GBps']:10.2f} {res[name]['get_GBps']:10.2f}")
