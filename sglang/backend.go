@@ -332,14 +332,12 @@ func (b *Backend) get(ctx context.Context, ids []string, parts [][]byte, perPage
 	if err != nil || keys == nil {
 		return ok, err
 	}
-	start := time.Now()
+	t := tally{start: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, b.getTimeout(len(ids), l.geom))
 	defer cancel()
 	got, errs := b.pool.BatchGetIntoParts(ctx, keys, dsts)
-	timedOut := ctx.Err() != nil
+	t.timedOut = ctx.Err() != nil
 	objs := len(l.suffixes)
-	var pages, bytes, failed uint64
-	var firstErr error
 	for p := range ids {
 		ok[p] = true
 		var pageErr error
@@ -358,30 +356,9 @@ func (b *Backend) get(ctx context.Context, ids []string, parts [][]byte, perPage
 				}
 			}
 		}
-		switch {
-		case ok[p]:
-			pages++
-			bytes += uint64(l.geom.PageBytes)
-		case pageErr != nil:
-			failed++
-			if firstErr == nil {
-				firstErr = pageErr
-			}
-		}
+		t.page(ok[p], uint64(l.geom.PageBytes), pageErr) // a miss (no pageErr) is no failure
 	}
-	secs := time.Since(start).Seconds()
-	b.count(func(s *Stats) {
-		s.PrefetchPages += pages
-		s.PrefetchBytes += bytes
-		s.PrefetchSeconds += secs
-		s.FailedGets += failed
-		if timedOut {
-			s.Timeouts++
-		}
-	})
-	if firstErr != nil {
-		b.noteErr("batch_get", firstErr)
-	}
+	b.record("batch_get", true, t)
 	return ok, nil
 }
 
@@ -405,7 +382,7 @@ func (b *Backend) set(ctx context.Context, ids []string, parts [][]byte, perPage
 		return ok, err
 	}
 	objs := len(l.suffixes)
-	start := time.Now()
+	t := tally{start: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, b.s.SetTimeout)
 	defer cancel()
 	var errs []error
@@ -423,40 +400,70 @@ func (b *Backend) set(ctx context.Context, ids []string, parts [][]byte, perPage
 			}
 		}
 	}
-	timedOut := ctx.Err() != nil
-	var pages, bytes, failed uint64
-	var firstErr error
+	t.timedOut = ctx.Err() != nil
 	for p := range ids {
 		ok[p] = true
+		var pageErr error
 		for o := range objs {
 			if e := errs[p*objs+o]; e != nil {
 				ok[p] = false
-				if firstErr == nil {
-					firstErr = fmt.Errorf("key %q: %w", keys[p*objs+o], e)
+				if pageErr == nil {
+					pageErr = fmt.Errorf("key %q: %w", keys[p*objs+o], e)
 				}
 			}
 		}
-		if ok[p] {
-			pages++
-			bytes += uint64(l.geom.PageBytes)
-		} else {
-			failed++
+		t.page(ok[p], uint64(l.geom.PageBytes), pageErr)
+	}
+	b.record("batch_set", false, t)
+	return ok, nil
+}
+
+// tally is one data call's outcome, for Stats.
+type tally struct {
+	start                time.Time
+	pages, bytes, failed uint64
+	timedOut             bool
+	firstErr             error
+}
+
+// page counts one page: moved (bytes of it), failed (err), or neither (a
+// miss).
+func (t *tally) page(ok bool, bytes uint64, err error) {
+	switch {
+	case ok:
+		t.pages++
+		t.bytes += bytes
+	case err != nil:
+		t.failed++
+		if t.firstErr == nil {
+			t.firstErr = err
 		}
 	}
-	secs := time.Since(start).Seconds()
+}
+
+// record adds t to the prefetch (get) or backup counters and keeps its
+// first failure for TakeLastError.
+func (b *Backend) record(what string, get bool, t tally) {
+	secs := time.Since(t.start).Seconds()
 	b.count(func(s *Stats) {
-		s.BackupPages += pages
-		s.BackupBytes += bytes
-		s.BackupSeconds += secs
-		s.FailedSets += failed
-		if timedOut {
+		if get {
+			s.PrefetchPages += t.pages
+			s.PrefetchBytes += t.bytes
+			s.PrefetchSeconds += secs
+			s.FailedGets += t.failed
+		} else {
+			s.BackupPages += t.pages
+			s.BackupBytes += t.bytes
+			s.BackupSeconds += secs
+			s.FailedSets += t.failed
+		}
+		if t.timedOut {
 			s.Timeouts++
 		}
 	})
-	if firstErr != nil {
-		b.noteErr("batch_set", firstErr)
+	if t.firstErr != nil {
+		b.noteErr(what, t.firstErr)
 	}
-	return ok, nil
 }
 
 // GetPages reads pages ids into caller buffers that need not lie in the

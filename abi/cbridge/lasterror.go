@@ -8,6 +8,7 @@ package cbridge
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -41,6 +42,26 @@ func Fail(fn string, err error) int32 {
 	}
 	SetError(fn + ": " + err.Error())
 	return int32(CodeOf(err))
+}
+
+// Sentinel pairs an adapter's sentinel error with the status code its
+// header gives it (MC_VLLM_ERR_BAD_CONFIG for vllm.ErrBadConfig, ...).
+type Sentinel struct {
+	Err  error
+	Code int32
+}
+
+// FailAs is Fail for an adapter with codes of its own: when err matches
+// (errors.Is) one of sentinels, the first such one's code is returned;
+// otherwise Fail's. The last error is "fn: err" either way.
+func FailAs(fn string, err error, sentinels []Sentinel) int32 {
+	for _, s := range sentinels {
+		if err != nil && errors.Is(err, s.Err) {
+			SetError(fn + ": " + err.Error())
+			return s.Code
+		}
+	}
+	return Fail(fn, err)
 }
 
 // Done ends a call of the C function fn with err's status: OK (and an empty

@@ -10,7 +10,6 @@ import "C"
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -33,23 +32,16 @@ type backend struct {
 	notes   []string
 }
 
+// sentinels are this header's codes for package sglang's errors.
+var sentinels = []cbridge.Sentinel{
+	{Err: sglang.ErrBadConfig, Code: codeBadConfig},
+	{Err: sglang.ErrNoHostPool, Code: codeNoHostPool},
+	{Err: sglang.ErrBadLayout, Code: codeBadLayout},
+}
+
 // fail ends a failed call: this header's errors get its codes, others
 // cbridge's.
-func fail(fn string, err error) int32 {
-	var code int32
-	switch {
-	case errors.Is(err, sglang.ErrBadConfig):
-		code = codeBadConfig
-	case errors.Is(err, sglang.ErrNoHostPool):
-		code = codeNoHostPool
-	case errors.Is(err, sglang.ErrBadLayout):
-		code = codeBadLayout
-	default:
-		return cbridge.Fail(fn, err)
-	}
-	cbridge.SetError(fn + ": " + err.Error())
-	return code
-}
+func fail(fn string, err error) int32 { return cbridge.FailAs(fn, err, sentinels) }
 
 func done(fn string, err error) int32 {
 	if err != nil {

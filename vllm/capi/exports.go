@@ -10,7 +10,6 @@ import "C"
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
@@ -32,25 +31,17 @@ type connector struct {
 	worker *vllm.Worker
 }
 
+// sentinels are this header's codes for package vllm's errors.
+var sentinels = []cbridge.Sentinel{
+	{Err: vllm.ErrWrongRole, Code: codeWrongRole},
+	{Err: vllm.ErrNotRegistered, Code: codeNotRegistered},
+	{Err: vllm.ErrBadConfig, Code: codeBadConfig},
+	{Err: vllm.ErrBadInput, Code: codeBadInput},
+}
+
 // fail ends a failed call: this header's errors get its codes, others
 // cbridge's.
-func fail(fn string, err error) int32 {
-	var code int32
-	switch {
-	case errors.Is(err, vllm.ErrWrongRole):
-		code = codeWrongRole
-	case errors.Is(err, vllm.ErrNotRegistered):
-		code = codeNotRegistered
-	case errors.Is(err, vllm.ErrBadConfig):
-		code = codeBadConfig
-	case errors.Is(err, vllm.ErrBadInput):
-		code = codeBadInput
-	default:
-		return cbridge.Fail(fn, err)
-	}
-	cbridge.SetError(fn + ": " + err.Error())
-	return code
-}
+func fail(fn string, err error) int32 { return cbridge.FailAs(fn, err, sentinels) }
 
 func done(fn string, err error) int32 {
 	if err != nil {

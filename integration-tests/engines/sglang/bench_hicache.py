@@ -127,32 +127,28 @@ def child(a, extra):
     def keys(tag, r):
         return [f"{tag}{r:04d}{i:056x}" for i in range(a.pages)]
 
-    def bench_ours(r):
-        ks = keys("ours", r)
-        t = time.perf_counter()
-        ok = ours.batch_set_v1(ks, src)
-        ts = time.perf_counter() - t
-        assert all(ok), ok
-        t = time.perf_counter()
-        ok = ours.batch_get_v1(ks, dst)
-        tg = time.perf_counter() - t
-        assert all(ok), ok
-        check_read("ours")
-        ours.clear()
-        return ts, tg
+    def bench_backend(name, backend, tag, after=None):
+        """One round of batch_set_v1 then batch_get_v1 of fresh keys through a HiCacheStorage."""
 
-    def bench_builtin(r):
-        ks = keys("bltn", r)
-        t = time.perf_counter()
-        ok = builtin.batch_set_v1(ks, src)
-        ts = time.perf_counter() - t
-        assert all(ok), ok
-        t = time.perf_counter()
-        ok = builtin.batch_get_v1(ks, dst)
-        tg = time.perf_counter() - t
-        assert all(ok), ok
-        check_read("builtin")
-        return ts, tg
+        def round_(r):
+            ks = keys(tag, r)
+            t = time.perf_counter()
+            ok = backend.batch_set_v1(ks, src)
+            ts = time.perf_counter() - t
+            assert all(ok), ok
+            t = time.perf_counter()
+            ok = backend.batch_get_v1(ks, dst)
+            tg = time.perf_counter() - t
+            assert all(ok), ok
+            check_read(name)
+            if after:
+                after()
+            return ts, tg
+
+        return round_
+
+    bench_ours = bench_backend("ours", ours, "ours", after=ours.clear)
+    bench_builtin = bench_backend("builtin", builtin, "bltn")
 
     def bench_raw(r):
         ks = [f"{k}_{s}" for k in keys("rawc", r) for s in ("k", "v")]
