@@ -88,6 +88,11 @@ test-vllm-engine: lib build proxy wheel-site
 # SGLang 0.5.23's own test_mooncake_store.py from the wheel, unchanged
 # (sha256 checked against the wheel's RECORD), on a master alone
 # (P2PHANDSHAKE, SGLang's docs' recipe) and on a master + storage node.
+# The same target runs our own HiCache backend (mooncake_go.sglang) in
+# SGLang's storage code (test_sglang_hicache_backend.py): built by
+# StorageBackendFactory "dynamic", SGLang's real MHA/MLA host pools in
+# every layout round-tripped byte for byte, two processes sharing pages,
+# a dead master answering misses within the prefetch timeout.
 .PHONY: test-sglang-mooncake test-lmcache-mooncake
 test-sglang-mooncake: lib build wheel-site
 	@rm -rf $(ENGINE_LOGS)/sglang && mkdir -p $(ENGINE_LOGS)
@@ -138,6 +143,18 @@ bench-vllm-engine: lib build wheel-site
 	venv=$$(integration-tests/engines/venv.sh vllm) && \
 	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
 		$$venv/bin/python integration-tests/engines/vllm/bench.py $(BENCH_ARGS)
+
+# SGLang HiCache backend benchmark (not part of make test): zero-copy v1
+# set/get of 64 pages of a 32-layer MHA model through mooncake_go.sglang,
+# as ratios of the raw store client (mooncake.store batch_put_from /
+# batch_get_into of the same buffers) and of SGLang's built-in mooncake
+# backend on our drop-in mooncake.store, same process, same run; the
+# numbers go into sglang/README.md. BENCH_ARGS: see bench_hicache.py --help.
+.PHONY: bench-sglang
+bench-sglang: lib build wheel-site
+	venv=$$(integration-tests/engines/venv.sh sglang) && \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+		$$venv/bin/python integration-tests/engines/sglang/bench_hicache.py $(BENCH_ARGS)
 
 # Upstream-compatible Python API, engine and tools half (compat/python):
 # mooncake.engine between two processes in each metadata mode (HTTP, a real

@@ -379,19 +379,5 @@ func (s Settings) poolConfig(env map[string]string) (config.Config, []string, er
 		// this build's store client speaks, not an unsupported error.
 		cfg.Protocol = poolclient.DefaultProtocol
 	}
-	var notes []string
-	for _, u := range rep.Unknown {
-		if !fromExtra(u.Origin) {
-			notes = append(notes, fmt.Sprintf("config %s: unknown key %q (not read by any integration: misspelled?)", u.Origin, u.Key))
-		}
-	}
-	for _, i := range rep.Ignored {
-		if !fromExtra(i.Origin) {
-			notes = append(notes, fmt.Sprintf("config %s: key %q ignored: %s", i.Origin, i.Key, i.Reason))
-		}
-	}
-	for _, w := range rep.Warnings {
-		notes = append(notes, "config: "+w)
-	}
-	return cfg, notes, nil
+	return cfg, rep.Notes(fromExtra), nil
 }

@@ -275,6 +275,14 @@ func TestLastError(t *testing.T) {
 		if got := LastError(); got != "mc_x: invalid argument: engine is NULL" {
 			t.Errorf("after Fail: %q", got)
 		}
+		errMine := errors.New("adapter: bad config")
+		mine := []Sentinel{{Err: errMine, Code: -3100}}
+		if rc := FailAs("mc_y", fmt.Errorf("%w: key k", errMine), mine); rc != -3100 || LastError() != "mc_y: adapter: bad config: key k" {
+			t.Errorf("FailAs(sentinel) = %d, %q", rc, LastError())
+		}
+		if rc := FailAs("mc_y", fmt.Errorf("%w: x", ErrInvalidHandle), mine); rc != int32(InvalidHandle) || LastError() != "mc_y: "+ErrInvalidHandle.Error()+": x" {
+			t.Errorf("FailAs(other) = %d, %q", rc, LastError())
+		}
 		if rc := Done("mc_x", nil); rc != 0 || LastError() != "" {
 			t.Errorf("Done(nil) = %d, %q", rc, LastError())
 		}

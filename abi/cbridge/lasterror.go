@@ -44,6 +44,26 @@ func Fail(fn string, err error) int32 {
 	return int32(CodeOf(err))
 }
 
+// Sentinel pairs an adapter's sentinel error with the status code its
+// header gives it (MC_VLLM_ERR_BAD_CONFIG for vllm.ErrBadConfig, ...).
+type Sentinel struct {
+	Err  error
+	Code int32
+}
+
+// FailAs is Fail for an adapter with codes of its own: when err matches
+// (errors.Is) one of sentinels, the first such one's code is returned;
+// otherwise Fail's. The last error is "fn: err" either way.
+func FailAs(fn string, err error, sentinels []Sentinel) int32 {
+	for _, s := range sentinels {
+		if err != nil && errors.Is(err, s.Err) {
+			SetError(fn + ": " + err.Error())
+			return s.Code
+		}
+	}
+	return Fail(fn, err)
+}
+
 // Done ends a call of the C function fn with err's status: OK (and an empty
 // last error) for nil, as Fail otherwise.
 func Done(fn string, err error) int32 {
@@ -95,24 +115,4 @@ func Recover(rc *int32) {
 	fmt.Fprintf(os.Stderr, "libmooncake: recovered panic: %v\n%s", r, debug.Stack())
 	SetError(fmt.Sprintf("%v: panic: %v", ErrInternal, r))
 	*rc = int32(Internal)
-}
-
-// Coded pairs a sentinel error of an adapter with the status code its
-// header gives it (e.g. vllm.ErrWrongRole -> MC_VLLM_ERR_WRONG_ROLE).
-type Coded struct {
-	Err  error
-	Code int32
-}
-
-// FailCoded ends a failed call of the C function fn as Fail does, but
-// returns the Code of the first entry of codes whose Err err wraps
-// (errors.Is), falling back to Fail's code when none matches.
-func FailCoded(fn string, err error, codes []Coded) int32 {
-	for _, c := range codes {
-		if errors.Is(err, c.Err) {
-			SetError(fn + ": " + err.Error())
-			return c.Code
-		}
-	}
-	return Fail(fn, err)
 }

@@ -45,6 +45,14 @@ func TestUnknownAndIgnoredKeys(t *testing.T) {
 			t.Errorf("reason for %s = %q, want it to contain %q", ref, reasons[ref], want)
 		}
 	}
+	notes := rep.Notes(func(origin string) bool { return origin == "extra" })
+	if len(notes) != 4 || !strings.Contains(notes[0], `config /v.json: unknown key "global_segmnet_size"`) ||
+		!strings.Contains(notes[2], `config /v.json: key "transfer_timeout" ignored: `) || !strings.Contains(notes[2], "read by: lmcache") {
+		t.Errorf("Notes (extra skipped) = %q", notes)
+	}
+	if all := rep.Notes(nil); len(all) != 6 || !strings.Contains(strings.Join(all, "\n"), `config extra: unknown key "mystery"`) {
+		t.Errorf("Notes(nil) = %q", all)
+	}
 	if got := rep.String(); !strings.Contains(got, "unknown key /v.json:zz_custom") || !strings.Contains(got, "master_server_address <- /v.json:master_server_address") {
 		t.Errorf("Report.String() =\n%s", got)
 	}

@@ -139,6 +139,32 @@ type Report struct {
 	Warnings []string
 }
 
+// Notes are r's remarks an operator should see in the engine's log, one
+// line each: keys of a source no integration reads ("misspelled?"), keys
+// that mean something to another integration only, and the loader's
+// warnings. Keys whose origin fromEngine reports true are skipped: the
+// engine's extra config also carries the adapter's own keys, which the
+// adapter checks itself (nil skips none). The vLLM and SGLang adapters
+// log these at start-up.
+func (r Report) Notes(fromEngine func(origin string) bool) []string {
+	var notes []string
+	skip := func(origin string) bool { return fromEngine != nil && fromEngine(origin) }
+	for _, u := range r.Unknown {
+		if !skip(u.Origin) {
+			notes = append(notes, fmt.Sprintf("config %s: unknown key %q (not read by any integration: misspelled?)", u.Origin, u.Key))
+		}
+	}
+	for _, i := range r.Ignored {
+		if !skip(i.Origin) {
+			notes = append(notes, fmt.Sprintf("config %s: key %q ignored: %s", i.Origin, i.Key, i.Reason))
+		}
+	}
+	for _, w := range r.Warnings {
+		notes = append(notes, "config: "+w)
+	}
+	return notes
+}
+
 // String summarises r on a few lines, for logs.
 func (r Report) String() string {
 	var b strings.Builder

@@ -151,6 +151,30 @@ func (n Namespace) LayerKey(hash []byte, layer int) string {
 	return keyOf(n.Prefix(), hash, "/l", l)
 }
 
+// IDKey returns the key of an object whose engine-side id is a string
+// (SGLang's page hashes are hex strings it hands over as opaque text):
+// Prefix() followed by id, escaped as the string fields are (so a
+// lower-case hex id is written as is and no id can inject a separator),
+// then suffix verbatim (e.g. "/k"). An empty id panics (a programmer
+// error: every page has an id).
+func (n Namespace) IDKey(id string, suffix string) string {
+	return PrefixedIDKey(n.Prefix(), id, suffix)
+}
+
+// PrefixedIDKey is Namespace.IDKey with the namespace's Prefix() computed
+// once by the caller (for a batch of keys of one namespace).
+func PrefixedIDKey(prefix, id, suffix string) string {
+	if id == "" {
+		panic("kvpool: key of an empty object id")
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(id) + len(suffix))
+	b.WriteString(prefix)
+	escape(&b, id)
+	b.WriteString(suffix)
+	return b.String()
+}
+
 // Keys returns Key(h) for each of hashes, computing the prefix once.
 func (n Namespace) Keys(hashes [][]byte) []string {
 	p := n.Prefix()

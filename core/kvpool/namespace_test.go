@@ -162,6 +162,7 @@ func TestKeyPanics(t *testing.T) {
 		"empty hash":     func() { n.Key(nil) },
 		"empty in Keys":  func() { n.Keys([][]byte{{1}, {}}) },
 		"negative layer": func() { n.LayerKey([]byte{1}, -1) },
+		"empty id":       func() { n.IDKey("", "/k") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -184,5 +185,26 @@ func BenchmarkKeys(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = n.Keys(hs)
+	}
+}
+
+func TestIDKey(t *testing.T) {
+	n := baseNS()
+	p := n.Prefix()
+	for _, c := range []struct{ id, suffix, want string }{
+		{"0a1b", "/k", p + "0a1b/k"},
+		{"0a1b", "", p + "0a1b"},
+		{"a/b c", "/v", p + "a%2Fb%20c/v"},
+	} {
+		if got := n.IDKey(c.id, c.suffix); got != c.want {
+			t.Errorf("IDKey(%q, %q) = %q, want %q", c.id, c.suffix, got, c.want)
+		}
+		if got := PrefixedIDKey(p, c.id, c.suffix); got != c.want {
+			t.Errorf("PrefixedIDKey(%q, %q) = %q, want %q", c.id, c.suffix, got, c.want)
+		}
+	}
+	// A hex id gives the same key as Key of its bytes.
+	if got, want := n.IDKey("00ff", ""), n.Key([]byte{0, 0xff}); got != want {
+		t.Errorf("IDKey(hex) = %q, Key(bytes) = %q", got, want)
 	}
 }

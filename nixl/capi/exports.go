@@ -32,7 +32,7 @@ var errHostFamily = errors.New("nixl: host ABI family not supported")
 
 // codes maps package nixl's errors to this header's codes (and
 // MC_ERR_NOT_FOUND); other errors get cbridge's.
-var codes = []cbridge.Coded{
+var codes = []cbridge.Sentinel{
 	{Err: nixl.ErrRemoteDisconnect, Code: codeRemoteDisconnect},
 	{Err: nixl.ErrRepostActive, Code: codeRepostActive},
 	{Err: nixl.ErrMismatch, Code: codeMismatch},
@@ -42,7 +42,7 @@ var codes = []cbridge.Coded{
 }
 
 // fail ends a failed call.
-func fail(fn string, err error) int32 { return cbridge.FailCoded(fn, err, codes) }
+func fail(fn string, err error) int32 { return cbridge.FailAs(fn, err, codes) }
 
 func done(fn string, err error) int32 {
 	if err != nil {

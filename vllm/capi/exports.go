@@ -31,9 +31,8 @@ type connector struct {
 	worker *vllm.Worker
 }
 
-// codes maps package vllm's errors to this header's codes; other errors
-// get cbridge's.
-var codes = []cbridge.Coded{
+// sentinels are this header's codes for package vllm's errors.
+var sentinels = []cbridge.Sentinel{
 	{Err: vllm.ErrWrongRole, Code: codeWrongRole},
 	{Err: vllm.ErrNotRegistered, Code: codeNotRegistered},
 	{Err: vllm.ErrBadConfig, Code: codeBadConfig},
@@ -42,7 +41,7 @@ var codes = []cbridge.Coded{
 
 // fail ends a failed call: this header's errors get its codes, others
 // cbridge's.
-func fail(fn string, err error) int32 { return cbridge.FailCoded(fn, err, codes) }
+func fail(fn string, err error) int32 { return cbridge.FailAs(fn, err, sentinels) }
 
 func done(fn string, err error) int32 {
 	if err != nil {

@@ -14,7 +14,7 @@ static_assert(sizeof(mc_te_status_t) == 16, "mc_te_status_t layout");
 static_assert(sizeof(mc_buf_t) == 16, "mc_buf_t layout");
 static_assert(sizeof(mc_vllm_region_t) == 32, "mc_vllm_region_t layout");
 static_assert(sizeof(mc_vllm_stats_t) == 40, "mc_vllm_stats_t layout");
-static_assert(sizeof(mc_sglang_stats_t) == 48, "mc_sglang_stats_t layout");
+static_assert(sizeof(mc_sglang_stats_t) == 88, "mc_sglang_stats_t layout");
 static_assert(sizeof(mc_nixl_desc_t) == 32, "mc_nixl_desc_t layout");
 static_assert(sizeof(mc_nixl_kv_t) == 32, "mc_nixl_kv_t layout");
 static_assert(sizeof(mc_trtllm_desc_t) == 24, "mc_trtllm_desc_t layout");
@@ -22,8 +22,8 @@ static_assert(sizeof(mc_trtllm_kv_t) == 32, "mc_trtllm_kv_t layout");
 static_assert(MC_STORE_MAX_KEY_LEN == 4096, "key limit");
 static_assert(MC_VLLM_ABI_VERSION_MAJOR == 1, "vllm.h is implemented (1.x)");
 static_assert(MC_NIXL_ABI_VERSION_MAJOR == 1, "nixl.h is implemented (1.x)");
-static_assert(MC_SGLANG_ABI_VERSION_MAJOR == 0 &&
-                  MC_LMCACHE_ABI_VERSION_MAJOR == 0 &&
+static_assert(MC_SGLANG_ABI_VERSION_MAJOR == 1, "sglang.h is implemented (1.x)");
+static_assert(MC_LMCACHE_ABI_VERSION_MAJOR == 0 &&
                   MC_TRTLLM_ABI_VERSION_MAJOR == 0,
               "draft headers are version 0.x");
 
@@ -33,7 +33,7 @@ int main() {
   mc_buf_free(nullptr);
   return mc_te_abi_version() == MC_TE_ABI_VERSION && mc_store_abi_version() == MC_STORE_ABI_VERSION &&
                  mc_vllm_abi_version() == MC_VLLM_ABI_VERSION && mc_nixl_abi_version() == MC_NIXL_ABI_VERSION &&
-                 mc_abi_version() == MC_ABI_VERSION
+                 mc_sglang_abi_version() == MC_SGLANG_ABI_VERSION && mc_abi_version() == MC_ABI_VERSION
              ? 0
              : 1;
 }
