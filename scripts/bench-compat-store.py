@@ -2,7 +2,7 @@
 """make bench-compat-store: our `mooncake.store` vs upstream's, same machine, same run.
 
 Measures upstream Mooncake's Python store API, `MooncakeDistributedStore`,
-through two implementations, alternating them (ABAB...) so that load from
+through two implementations, interleaved phase by phase so that load from
 other processes hits both alike, and prints the medians and ratios:
 
 * ours: `mooncake.store` of this tree (compat/python + abi/python on
@@ -21,8 +21,12 @@ contributes the only global segment (setup(127.0.0.1, http metadata,
 --segment-size, --local-buffer-size, "tcp", "", master)), MC_FORCE_TCP=true,
 so every byte crosses a loopback tcp connection on both sides.
 
-For each value size (--sizes, default 1MiB,4MiB) the client runs, with
---objects distinct keys per phase and each phase timed as a whole:
+Each side has its master and one client process, alive for the whole
+run. In each of --reps rounds, for each value size (--sizes, default
+1MiB,4MiB) and each pair below, the driver has one side run the pair, then
+the other (which side goes first alternates: ABBA...): a put phase on
+--objects fresh keys, then the get phase reading them, each timed as a
+whole; the medians over the rounds are compared:
 
   put             put(key, bytes)          copying (the value is a Python bytes)
   get             get(key) -> bytes        copying
@@ -34,13 +38,14 @@ For each value size (--sizes, default 1MiB,4MiB) the client runs, with
 Each value get() returns is measured, then dropped before the next call,
 as a consumer does (keeping all of them instead makes every get fault in
 fresh pages, which on this VM costs more than the transfer on both sides).
-(remove_all(force=True) between the put/get pairs, untimed; one untimed
-put_from pass over the pool's first bytes before the first phase, so page
-faults of fresh memory hit neither side's timed phases; every get is
-checked for its length and a sample of values byte for byte, untimed).
+(remove_all(force=True) after each pair, untimed; every pair runs once
+at every size, untimed, before the first round, so page faults of fresh
+memory and connection set-up hit neither side's timed phases; every get
+is checked for its length, and values byte for byte (get: a sample),
+untimed).
 GB/s counts 1e9 bytes: objects x size / seconds.
 
-Usage: scripts/bench-compat-store.py [--reps 5] [--objects 128] [--json]
+Usage: scripts/bench-compat-store.py [--reps 7] [--objects 128] [--json]
 Exit status: 0 ok, 1 a run failed, 2 upstream's wheel could not be
 installed or imported (the reason on stderr).
 """
@@ -53,6 +58,7 @@ import json
 import os
 import pathlib
 import re
+import select
 import shutil
 import signal
 import socket
@@ -89,16 +95,19 @@ def human(n):
 
 
 def worker(cfg):
-    """Runs every phase for every size in this process and prints one JSON
-    line {"results": {op: {size: seconds}}, ...}."""
+    """One client for the whole run. Reads commands, one JSON line each, on
+    stdin: {"pair": "copy"|"zero"|"batch", "size": n, "tag": str} runs that
+    pair's put phase then its get phase on --objects fresh keys, checks
+    them, removes everything and answers {"put": s, "get": s} (seconds);
+    {"exit": true} ends. The first line it prints is {"ready": true}."""
     from mooncake.store import MooncakeDistributedStore
 
     st = MooncakeDistributedStore()
     rc = st.setup(HOST, cfg["metadata"], cfg["segment_size"], cfg["local_buffer_size"], "tcp", "", cfg["master"])
     if rc != 0:
         raise SystemExit(f"setup(...) = {rc}")
-    sizes, n, batch = cfg["sizes"], cfg["objects"], cfg["batch"]
-    span = n * max(sizes)
+    n, batch = cfg["objects"], cfg["batch"]
+    span = n * max(cfg["sizes"])
     src = (ctypes.c_char * span)()
     dst = (ctypes.c_char * span)()
     src_a, dst_a = ctypes.addressof(src), ctypes.addressof(dst)
@@ -109,79 +118,82 @@ def worker(cfg):
     for a in (src_a, dst_a):
         if st.register_buffer(a, span) != 0:
             raise SystemExit("register_buffer failed")
-    out = {op: {} for op in OPS}
+    values = {}  # size -> the n values as bytes (put's input), made once, untimed
 
     def check(rcs, what, want):
         bad = [r for r in rcs if r != want]
         if bad:
             raise SystemExit(f"{what}: {len(bad)} of {len(rcs)} calls returned {bad[0]} (want {want})")
 
-    def clear():
-        st.remove_all(True)
+    def same(what, size):
+        if ctypes.string_at(dst_a, n * size) != ctypes.string_at(src_a, n * size):
+            raise SystemExit(f"{what}: values differ from what was put")
+        ctypes.memset(dst_a, 0, n * size)
 
-    # untimed: write the segment's first bytes once (page faults, caches)
-    size = max(sizes)
-    check([st.put_from(f"warm/{i}", src_a + i * size, size) for i in range(n)], "warm-up put_from", 0)
-    clear()
-    run = cfg["run"]
-    for size in sizes:
-        keys = [f"{run}/{size}/{i}" for i in range(n)]
-        values = [ctypes.string_at(src_a + i * size, size) for i in range(n)]
+    def pair(kind, size, tag):
+        keys = [f"{tag}/{i}" for i in range(n)]
         ptrs = [src_a + i * size for i in range(n)]
         dptrs = [dst_a + i * size for i in range(n)]
-        sz = [size] * n
+        if kind == "copy":
+            if size not in values:
+                values[size] = [ctypes.string_at(p, size) for p in ptrs]
+            vals = values[size]
+            t = time.perf_counter()
+            rcs = [st.put(k, v) for k, v in zip(keys, vals)]
+            tp = time.perf_counter() - t
+            check(rcs, "put", 0)
+            sample, kept, lens = {0, n // 2, n - 1}, {}, []
+            t = time.perf_counter()
+            for i, k in enumerate(keys):
+                g = st.get(k)  # used, then dropped, as a consumer does
+                lens.append(len(g))
+                if i in sample:
+                    kept[i] = g
+            tg = time.perf_counter() - t
+            del g
+            check(lens, "get (length)", size)
+            for i, g in kept.items():
+                if g != vals[i]:
+                    raise SystemExit(f"get {keys[i]}: value differs from what was put")
+        elif kind == "zero":
+            t = time.perf_counter()
+            rcs = [st.put_from(k, p, size) for k, p in zip(keys, ptrs)]
+            tp = time.perf_counter() - t
+            check(rcs, "put_from", 0)
+            t = time.perf_counter()
+            rcs = [st.get_into(k, p, size) for k, p in zip(keys, dptrs)]
+            tg = time.perf_counter() - t
+            check(rcs, "get_into", size)
+            same("get_into", size)
+        else:
+            sz = [size] * n
+            t = time.perf_counter()
+            rcs = []
+            for i in range(0, n, batch):
+                rcs += st.batch_put_from(keys[i:i + batch], ptrs[i:i + batch], sz[i:i + batch])
+            tp = time.perf_counter() - t
+            check(rcs, "batch_put_from", 0)
+            t = time.perf_counter()
+            rcs = []
+            for i in range(0, n, batch):
+                rcs += st.batch_get_into(keys[i:i + batch], dptrs[i:i + batch], sz[i:i + batch])
+            tg = time.perf_counter() - t
+            check(rcs, "batch_get_into", size)
+            same("batch_get_into", size)
+        st.remove_all(True)
+        return {"put": tp, "get": tg}
 
-        t = time.perf_counter()
-        rcs = [st.put(k, v) for k, v in zip(keys, values)]
-        out["put"][size] = time.perf_counter() - t
-        check(rcs, "put", 0)
-        sample, kept, lens = {0, n // 2, n - 1}, {}, []
-        t = time.perf_counter()
-        for i, k in enumerate(keys):
-            g = st.get(k)  # used, then dropped, as a consumer does
-            lens.append(len(g))
-            if i in sample:
-                kept[i] = g
-        out["get"][size] = time.perf_counter() - t
-        del g
-        check(lens, "get (length)", size)
-        for i, g in kept.items():
-            if g != values[i]:
-                raise SystemExit(f"get {keys[i]}: value differs from what was put")
-        del kept
-        clear()
-
-        t = time.perf_counter()
-        rcs = [st.put_from(k, p, size) for k, p in zip(keys, ptrs)]
-        out["put_from"][size] = time.perf_counter() - t
-        check(rcs, "put_from", 0)
-        ctypes.memset(dst_a, 0, n * size)
-        t = time.perf_counter()
-        rcs = [st.get_into(k, p, size) for k, p in zip(keys, dptrs)]
-        out["get_into"][size] = time.perf_counter() - t
-        check(rcs, "get_into", size)
-        if ctypes.string_at(dst_a, n * size) != ctypes.string_at(src_a, n * size):
-            raise SystemExit("get_into: values differ from what was put_from")
-        clear()
-
-        t = time.perf_counter()
-        rcs = []
-        for i in range(0, n, batch):
-            rcs += st.batch_put_from(keys[i:i + batch], ptrs[i:i + batch], sz[i:i + batch])
-        out["batch_put_from"][size] = time.perf_counter() - t
-        check(rcs, "batch_put_from", 0)
-        ctypes.memset(dst_a, 0, n * size)
-        t = time.perf_counter()
-        rcs = []
-        for i in range(0, n, batch):
-            rcs += st.batch_get_into(keys[i:i + batch], dptrs[i:i + batch], sz[i:i + batch])
-        out["batch_get_into"][size] = time.perf_counter() - t
-        check(rcs, "batch_get_into", size)
-        if ctypes.string_at(dst_a, n * size) != ctypes.string_at(src_a, n * size):
-            raise SystemExit("batch_get_into: values differ from what was put")
-        clear()
-        del values
-    print(json.dumps({"results": {op: {str(s): v for s, v in d.items()} for op, d in out.items()}}), flush=True)
+    # untimed: every pair once at every size (page faults of fresh memory,
+    # connections, caches, allocator pools)
+    for size in cfg["sizes"]:
+        for kind in ("copy", "zero", "batch"):
+            pair(kind, size, f"warm/{kind}/{size}")
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd.get("exit"):
+            break
+        print(json.dumps(pair(cmd["pair"], cmd["size"], cmd["tag"])), flush=True)
     sys.stdout.flush()
     # leave without either library's teardown (not measured, and upstream's can be slow)
     os._exit(0)
@@ -270,7 +282,7 @@ def main():
     ap.add_argument("--sizes", default="1MiB,4MiB", help="value sizes, comma-separated")
     ap.add_argument("--objects", type=int, default=128, help="distinct keys per timed phase (both sides)")
     ap.add_argument("--batch", type=int, default=16, help="keys per batch_put_from / batch_get_into call")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions, alternating ours/upstream (medians are printed)")
+    ap.add_argument("--reps", type=int, default=7, help="rounds; in each, every (pair, size) runs on both sides, alternating which goes first")
     ap.add_argument("--segment-size", type=parse_size, default=parse_size("1GiB"), help="the client's global_segment_size")
     ap.add_argument("--local-buffer-size", type=parse_size, default=parse_size("256MiB"))
     ap.add_argument("--upstream-version", default=os.environ.get("UPSTREAM_VERSION", ""),
@@ -281,7 +293,7 @@ def main():
     ap.add_argument("--mooncake-bin", default=str(REPO / "bin" / "mooncake"))
     ap.add_argument("--lib", default=str(REPO / "build" / "libmooncake.so"))
     ap.add_argument("--only", choices=IMPLS, help="run one side only (no ratios)")
-    ap.add_argument("--timeout", type=float, default=600, help="seconds per client run")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds the driver waits for a client's answer")
     ap.add_argument("--json", action="store_true", help="print the medians as one JSON object at the end")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -340,54 +352,89 @@ def main():
 
     print(f"{os.cpu_count()} CPUs, load average {' '.join('%.2f' % x for x in os.getloadavg())}; MC_FORCE_TCP=true, "
           f"one client (global segment {human(a.segment_size)}, local buffer {human(a.local_buffer_size)}) + master on {HOST}; "
-          f"{a.objects} objects per phase, batches of {a.batch}; {a.reps} reps alternating {'/'.join(impls)}")
+          f"{a.objects} objects per phase, batches of {a.batch}; {a.reps} rounds, {'/'.join(impls)} interleaved per phase pair")
     for name in impls:
         print(f"  {name}: {sides[name]['label']}")
     secs = {(impl, op, s): [] for impl in impls for op in OPS for s in sizes}
+    pairs = (("copy", "put", "get"), ("zero", "put_from", "get_into"), ("batch", "batch_put_from", "batch_get_into"))
     tmp = tempfile.mkdtemp(prefix="bench-compat-store-")
+    masters, workers = {}, {}
+
+    def fail(impl, why):
+        w = workers.get(impl)
+        tail = ""
+        if w is not None:
+            with open(w["log"], "rb") as f:
+                tail = f.read()[-3000:].decode(errors="replace")
+        m = masters.get(impl)
+        print(f"bench-compat-store: {impl} client {why}:\n{tail}\nmaster log tail:\n{m.tail() if m else ''}", file=sys.stderr)
+        return 1
+
+    def answer(impl, what):
+        """The worker's next JSON line, within --timeout."""
+        w = workers[impl]
+        r, _, _ = select.select([w["p"].stdout], [], [], a.timeout)
+        line = w["p"].stdout.readline() if r else b""
+        if not line.strip().startswith(b"{"):
+            raise RuntimeError(f"no answer to {what} within {a.timeout:.0f} s (exit {w['p'].poll()})")
+        return json.loads(line)
+
     try:
+        for impl in impls:  # one master and one client each, alive for the whole run
+            side = sides[impl]
+            m = masters[impl] = Master(side["master"], tmp, impl)
+            cfg = {"metadata": f"http://{HOST}:{m.meta}/metadata", "master": f"{HOST}:{m.rpc}",
+                   "segment_size": a.segment_size, "local_buffer_size": a.local_buffer_size,
+                   "sizes": sizes, "objects": a.objects, "batch": a.batch}
+            log = os.path.join(tmp, f"{impl}-client.log")
+            with open(log, "wb") as ef:
+                p = subprocess.Popen([side["python"], __file__, "--worker", json.dumps(cfg)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=ef, env=side["env"], cwd=tmp)
+            workers[impl] = {"p": p, "log": log}
+            try:
+                answer(impl, "setup")
+            except RuntimeError as e:
+                return fail(impl, str(e))
+        k = 0
         for rep in range(a.reps):
-            order = impls if rep % 2 == 0 else impls[::-1]
-            for impl in order:
-                side = sides[impl]
-                m = Master(side["master"], tmp, impl)
-                try:
-                    cfg = {"metadata": f"http://{HOST}:{m.meta}/metadata", "master": f"{HOST}:{m.rpc}",
-                           "segment_size": a.segment_size, "local_buffer_size": a.local_buffer_size,
-                           "sizes": sizes, "objects": a.objects, "batch": a.batch, "run": f"r{rep}"}
-                    errlog = os.path.join(tmp, f"{impl}-client.log")
-                    with open(errlog, "wb") as ef:
+            for s in sizes:
+                for kind, put_op, get_op in pairs:
+                    order = impls if k % 2 == 0 else impls[::-1]  # ABBA...
+                    k += 1
+                    for impl in order:
+                        w = workers[impl]
+                        w["p"].stdin.write((json.dumps({"pair": kind, "size": s, "tag": f"r{rep}/{kind}/{s}"}) + "\n").encode())
+                        w["p"].stdin.flush()
                         try:
-                            r = subprocess.run([side["python"], __file__, "--worker", json.dumps(cfg)], stdout=subprocess.PIPE,
-                                               stderr=ef, env=side["env"], timeout=a.timeout, cwd=tmp)
-                        except subprocess.TimeoutExpired:
-                            r = None
-                    line = r.stdout.decode().strip().splitlines()[-1] if r is not None and r.stdout.strip() else ""
-                    if r is None or r.returncode != 0 or not line.startswith("{"):
-                        with open(errlog, "rb") as f:
-                            tail = f.read()[-3000:].decode(errors="replace")
-                        why = "timed out" if r is None else f"exit {r.returncode}"
-                        print(f"bench-compat-store: {impl} client {why}:\n{tail}\nmaster log tail:\n{m.tail()}", file=sys.stderr)
-                        return 1
-                    res = json.loads(line)["results"]
-                finally:
-                    m.stop()
-                for op in OPS:
-                    for s in sizes:
-                        secs[(impl, op, s)].append(res[op][str(s)])
-                print(f"  rep {rep + 1}/{a.reps} {impl:<8} " + "  ".join(
-                    f"{op} {human(s)} {a.objects * s / res[op][str(s)] / 1e9:.2f}" for s in sizes for op in OPS) + " GB/s",
-                    flush=True)
+                            res = answer(impl, f"{kind} {human(s)}")
+                        except RuntimeError as e:
+                            return fail(impl, str(e))
+                        secs[(impl, put_op, s)].append(res["put"])
+                        secs[(impl, get_op, s)].append(res["get"])
+            print(f"  rep {rep + 1}/{a.reps}: " + "  ".join(
+                f"{op} {human(s)} " + "/".join(f"{a.objects * s / secs[(impl, op, s)][-1] / 1e9:.2f}" for impl in impls)
+                for s in sizes for op in OPS) + f" GB/s ({'/'.join(impls)})", flush=True)
     finally:
+        for w in workers.values():
+            with contextlib.suppress(OSError, ValueError):
+                w["p"].stdin.write(b'{"exit": true}\n')
+                w["p"].stdin.close()
+            try:
+                w["p"].wait(10)
+            except subprocess.TimeoutExpired:
+                w["p"].kill()
+                w["p"].wait(10)
+        for m in masters.values():
+            m.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in secs.items()}
-    print(f"\nmedians of {a.reps} reps; GB/s = {a.objects} objects x size / s (1e9 bytes)")
+    print(f"\nmedians of {a.reps} rounds; GB/s = {a.objects} objects x size / s (1e9 bytes)")
     hdr = f"{'op':<15} {'size':<5}"
     for impl in impls:
         hdr += f" {impl + ' GB/s':>14} {impl + ' ops/s':>14}"
     if len(impls) == 2:
-        hdr += f" {'ours/upstream':>14}  per rep (ours/upstream)"
+        hdr += f" {'ours/upstream':>14}  per round (ours/upstream)"
     print(hdr)
     rows = []
     for s in sizes:
