@@ -208,6 +208,12 @@ def free_port():
         return s.getsockname()[1]
 
 
+def die_with_parent():
+    """preexec_fn: the child gets SIGKILL when the driver dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 def wait_port(port, deadline):
     while time.time() < deadline:
         with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
@@ -255,7 +261,7 @@ class Master:
         self.log_path = os.path.join(tmp, f"{name}-master.log")
         self.log = open(self.log_path, "wb")
         self.p = subprocess.Popen(argv_of(self.rpc, self.meta, self.metrics), stdout=self.log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, start_new_session=True)
+                                  stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
         dl = time.time() + 30
         if not (wait_port(self.rpc, dl) and wait_port(self.meta, dl)):
             self.stop()
@@ -389,7 +395,7 @@ def main():
             log = os.path.join(tmp, f"{impl}-client.log")
             with open(log, "wb") as ef:
                 p = subprocess.Popen([side["python"], __file__, "--worker", json.dumps(cfg)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=ef, env=side["env"], cwd=tmp)
+                                     stdout=subprocess.PIPE, stderr=ef, env=side["env"], cwd=tmp, preexec_fn=die_with_parent)
             workers[impl] = {"p": p, "log": log}
             try:
                 answer(impl, "setup")
