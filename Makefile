@@ -250,6 +250,15 @@ bench-transfer: build
 bench-store: build
 	./scripts/bench-store.sh
 
+# mooncake.store (ours, on libmooncake.so + our master) vs upstream's
+# mooncake-transfer-engine-non-cuda wheel (scratch venv under
+# ~/.cache/mooncake-go/upstream-store, its own mooncake_master): put/get,
+# put_from/get_into, batch_put_from/batch_get_into at 1 and 4 MiB over tcp,
+# alternating reps, medians and ratios. BENCH_ARGS e.g. "--reps 7 --json".
+.PHONY: bench-compat-store
+bench-compat-store: lib build venv
+	$(VENV)/bin/python scripts/bench-compat-store.py $(BENCH_ARGS)
+
 # vLLM connector (store mode, 32-layer FlashAttention blocks, 64 parts per
 # block) vs the store client's raw put/get of the same bytes, tcp and shm,
 # as a table (issue 6's bar: ratio >= 0.5); the benchmark itself is

@@ -6,6 +6,7 @@ package store
 #include "mooncake/store.h"
 
 uintptr_t mcgo_store_buf_alloc(mc_buf_t* b, size_t n);
+uintptr_t mcgo_store_call_alloc(mc_store_alloc_fn f, void* ctx, size_t i, size_t n);
 */
 import "C"
 
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"syscall"
+	"unsafe"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	mcstore "github.com/mooncake-go/mooncake/core/store"
@@ -300,35 +302,23 @@ func mcgo_store_batch_get_into_parts(h C.uint64_t, keys **C.char, keyLens *C.siz
 func mcgo_store_batch_get(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, bufs *C.mc_buf_t, out *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_batch_get"
-	s, err := begin(h)
+	var ob []C.mc_buf_t
+	outBufs := func() (err error) {
+		if n == 0 {
+			return nil
+		}
+		if ob, err = cbridge.Slice("out_bufs", bufs, uintptr(n)); err != nil {
+			return err
+		}
+		for i := range ob {
+			ob[i].data, ob[i].len = nil, 0
+		}
+		return nil
+	}
+	alloc := func(i int, size uint64) uintptr { return uintptr(C.mcgo_store_buf_alloc(&ob[i], C.size_t(size))) }
+	b, results, err := getAlloc(h, keys, keyLens, n, outBufs, alloc, out)
 	if err != nil {
 		return cbridge.Fail(fn, err)
-	}
-	defer s.release()
-	ks, ls, ob, _, results, err := arrays[C.mc_buf_t, C.int](n, keys, keyLens, bufs, "out_bufs", nil, "", out, "out_results")
-	if err != nil {
-		return cbridge.Fail(fn, err)
-	}
-	for i := range ob {
-		ob[i].data, ob[i].len = nil, 0
-	}
-	b := newBatch(s, ks, ls, nil, nil)
-	if len(b.keys) > 0 {
-		alloc := func(j int, size uint64) ([]byte, error) {
-			i := b.idx[j]
-			addr := C.mcgo_store_buf_alloc(&ob[i], C.size_t(size))
-			if addr == 0 {
-				return nil, fmt.Errorf("%w: cannot allocate %d bytes for key %q", syscall.ENOMEM, size, b.keys[j])
-			}
-			if size == 0 {
-				return nil, nil
-			}
-			return cbridge.ForeignBytes("out_bufs", uintptr(addr), uintptr(size))
-		}
-		got, errs := s.batchGet(b.keys, alloc)
-		for j := range b.keys {
-			b.set(j, int64(got[j]), errs[j])
-		}
 	}
 	for i, err := range b.errs {
 		if err != nil && ob[i].data != nil {
@@ -337,6 +327,62 @@ func mcgo_store_batch_get(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.si
 		}
 	}
 	return report(fn, b, results)
+}
+
+//export mcgo_store_batch_get_alloc
+func mcgo_store_batch_get_alloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, alloc C.mc_store_alloc_fn, ctx unsafe.Pointer, out *C.int64_t) (rc int32) {
+	defer cbridge.Recover(&rc)
+	const fn = "mc_store_batch_get_alloc"
+	if alloc == nil {
+		return cbridge.Fail(fn, cbridge.Null("alloc"))
+	}
+	b, results, err := getAlloc(h, keys, keyLens, n, nil, func(i int, size uint64) uintptr {
+		return uintptr(C.mcgo_store_call_alloc(alloc, ctx, C.size_t(i), C.size_t(size)))
+	}, out)
+	if err != nil {
+		return cbridge.Fail(fn, err)
+	}
+	return report(fn, b, results)
+}
+
+// getAlloc is the body of mc_store_batch_get and mc_store_batch_get_alloc:
+// it reads each key through the local buffer into the memory alloc(i, size)
+// returns for keys[i] (i indexes the caller's arrays; 0 = no memory, the
+// key's error is then ENOMEM), after check (nil: none) accepted the
+// caller's other arguments. The batch's errs and the results slice (out as
+// Go memory) go to report; err is set when the call itself is unusable.
+func getAlloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, check func() error, alloc func(i int, size uint64) uintptr, out *C.int64_t) (*batch, []C.int64_t, error) {
+	s, err := begin(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.release()
+	ks, ls, _, _, results, err := arrays[C.int, C.int](n, keys, keyLens, nil, "", nil, "", out, "out_results")
+	if err != nil {
+		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, nil, err
+		}
+	}
+	b := newBatch(s, ks, ls, nil, nil)
+	if len(b.keys) > 0 {
+		got, errs := s.batchGet(b.keys, func(j int, size uint64) ([]byte, error) {
+			addr := alloc(b.idx[j], size)
+			if addr == 0 {
+				return nil, fmt.Errorf("%w: cannot allocate %d bytes for key %q", syscall.ENOMEM, size, b.keys[j])
+			}
+			if size == 0 {
+				return nil, nil
+			}
+			return cbridge.ForeignBytes("destination", addr, uintptr(size))
+		})
+		for j := range b.keys {
+			b.set(j, int64(got[j]), errs[j])
+		}
+	}
+	return b, results, nil
 }
 
 //export mcgo_store_batch_get_ranges

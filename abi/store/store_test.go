@@ -362,7 +362,7 @@ func TestEtcdMetadata(t *testing.T) {
 }
 
 func TestABIVersion(t *testing.T) {
-	if storeABIVersion != 1<<16|2 {
-		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.2 (1.1: the _n functions; 1.2: the mooncake.store calls)", storeABIVersion)
+	if storeABIVersion != 1<<16|3 {
+		t.Fatalf("MC_STORE_ABI_VERSION = %#x, want 1.3 (1.1: the _n functions; 1.2: the mooncake.store calls; 1.3: mc_store_batch_get_alloc)", storeABIVersion)
 	}
 }

@@ -73,7 +73,7 @@ extern "C" {
 #endif
 
 #define MC_STORE_ABI_VERSION_MAJOR 1
-#define MC_STORE_ABI_VERSION_MINOR 2 /* 1: the _n functions (keys by pointer and length); 2: mooncake.store calls */
+#define MC_STORE_ABI_VERSION_MINOR 3 /* 1: the _n functions (keys by pointer and length); 2: mooncake.store calls; 3: mc_store_batch_get_alloc */
 #define MC_STORE_ABI_VERSION ((uint32_t)((MC_STORE_ABI_VERSION_MAJOR << 16) | MC_STORE_ABI_VERSION_MINOR))
 
 /* Longest key accepted, in bytes (the master's limit). */
@@ -442,6 +442,29 @@ int mc_store_batch_get_into_parts(mc_store_t* store, const char* const* keys, co
  */
 int mc_store_batch_get(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
                        mc_buf_t* out_bufs, int64_t* out_results);
+
+/*
+ * mc_store_alloc_fn hands mc_store_batch_get_alloc the destination of
+ * keys[i]'s value, size bytes, once that size is known: a pointer to at
+ * least size writable bytes (size may be 0), or NULL when it cannot (the
+ * key then fails with MC_ERR_NO_MEMORY). ctx is the caller's, passed
+ * through unchanged.
+ */
+typedef void* (*mc_store_alloc_fn)(void* ctx, size_t i, size_t size);
+
+/*
+ * mc_store_batch_get_alloc (1.3) is mc_store_batch_get with destinations
+ * the caller allocates: for each key found, alloc(ctx, i, size) is called
+ * once, on the calling thread, before any byte moves, and the value is
+ * copied there from the local buffer (one copy; mc_store_batch_get makes
+ * a library buffer the caller copies again). out_results[i] is the value's
+ * size or the key's negative code (as mc_store_batch_get); a destination
+ * alloc returned for a key that then fails holds undefined bytes and stays
+ * the caller's. Return value and n == 0 as mc_store_batch_get_into; a NULL
+ * alloc is MC_ERR_INVALID_ARGUMENT.
+ */
+int mc_store_batch_get_alloc(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
+                             mc_store_alloc_fn alloc, void* ctx, int64_t* out_results);
 
 /*
  * mc_store_batch_get_ranges reads, for each i < n, the bytes

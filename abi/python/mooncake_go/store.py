@@ -130,6 +130,71 @@ _protos12_done = False
 _protos12_lock = threading.Lock()
 
 
+# store.h 1.3: mc_store_batch_get_alloc (see _library13).
+STORE_ABI_MINOR_13 = 3
+_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.py_object, _S, _S)  # mc_store_alloc_fn, ctx = a Python list
+_PROTOS_13 = {
+    "mc_store_batch_get_alloc": (ctypes.c_int, [_H, _STRP, _SP, _S, _ALLOC_FN, ctypes.py_object, _I64P]),
+}
+_protos13 = None  # None: not checked yet; False: the library is older than 1.3 (or bytes cannot be filled in place)
+
+
+def _bytes_layout():
+    """(PyBytes_FromStringAndSize, offset of a bytes object's data from its
+    id()) when this is CPython and the layout checks out, else None. A bytes
+    object made by PyBytes_FromStringAndSize(NULL, n) is filled before any
+    other code sees it, as C extensions do."""
+    try:
+        new = ctypes.pythonapi.PyBytes_FromStringAndSize
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_ssize_t]
+        off = bytes.__basicsize__ - 1  # PyBytesObject: header, ob_shash, ob_sval[1]
+        probe = new(None, 16)
+        ctypes.memmove(id(probe) + off, b"mooncake-go:0123", 16)
+        if probe != b"mooncake-go:0123" or ctypes.string_at(id(probe) + off, 16) != probe:
+            return None
+        return new, off
+    except (AttributeError, TypeError, ValueError, OSError):
+        return None
+
+
+_BYTES = None
+
+
+@_ALLOC_FN
+def _alloc_bytes(vals, i, size):
+    """mc_store_alloc_fn for batch_get: a new bytes object of size bytes,
+    kept in vals[i]; its data's address (0 when it cannot be made)."""
+    try:
+        new, off = _BYTES
+        b = new(None, size)
+        vals[i] = b
+        return id(b) + off
+    except BaseException:  # noqa: BLE001 - no exception may cross into the library; 0 fails the key
+        return 0
+
+
+def _library13():
+    """The library with store.h 1.3's prototypes declared, or None when it
+    is older (or this Python's bytes cannot be filled in place): callers
+    fall back to the 1.2 calls."""
+    global _protos13, _BYTES
+    if _protos13 is not None:
+        return _protos13 or None
+    lib = _library12()
+    with _protos12_lock:
+        if _protos13 is None:
+            layout = _bytes_layout()
+            if (lib.mc_store_abi_version() & 0xFFFF) < STORE_ABI_MINOR_13 or layout is None:
+                _protos13 = False
+            else:
+                _BYTES = layout
+                for name, (restype, argtypes) in _PROTOS_13.items():
+                    f = getattr(lib, name)
+                    f.restype, f.argtypes = restype, argtypes
+                _protos13 = lib
+    return _protos13 or None
+
+
 class _Buf(ctypes.Structure):
     """mc_buf_t of common.h."""
 
@@ -599,6 +664,10 @@ class Store:
         bytes, or factory(n) (a writable buffer of n bytes, e.g.
         bytearray) filled with the value when factory is given."""
         lib, h = self._handle12()
+        if factory is None:
+            lib13 = _library13()
+            if lib13 is not None:
+                return self._batch_get_bytes(lib13, h, keys)
         n, k, kl, _, _ = self._arrays(keys)
         bufs = (_Buf * max(n, 1))()
         out = (ctypes.c_int64 * max(n, 1))()
@@ -617,6 +686,24 @@ class Store:
                 res.append(out[i])
             if b.data:
                 lib.mc_buf_free(ctypes.byref(b))
+        return res
+
+    def _batch_get_bytes(self, lib, h, keys):
+        """batch_get into bytes objects the library fills straight from
+        the local buffer (mc_store_batch_get_alloc: one copy)."""
+        n, k, kl, _, _ = self._arrays(keys)
+        vals = [None] * n
+        out = (ctypes.c_int64 * max(n, 1))()
+        self._check(lib, lib.mc_store_batch_get_alloc(h, k, kl, n, _alloc_bytes, vals, out), "mc_store_batch_get_alloc")
+        res = []
+        for i in range(n):
+            r = out[i]
+            if r < 0:
+                res.append(r)
+            elif vals[i] is None or r == 0:
+                res.append(b"")
+            else:
+                res.append(vals[i] if r == len(vals[i]) else vals[i][:r])
         return res
 
     def batch_get_ranges(self, keys, dsts, offsets, sizes):

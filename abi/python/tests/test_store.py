@@ -461,3 +461,59 @@ def test_search_order(lib_path, tmp_path):
     assert run_python(code, **env).strip() == str(tmp_path / "build" / "libmooncake.so")
     (pkg / "libmooncake.so").symlink_to(lib_path)
     assert run_python(code, **env).strip() == str(pkg / "libmooncake.so")
+
+
+def test_batch_get_alloc(store):
+    """mc_store_batch_get_alloc (store.h 1.3): Store.batch_get fills bytes
+    objects in place through it; the 1.2 path (mc_store_batch_get, a
+    library buffer copied again) gives the same values; a callback that
+    returns NULL fails only its key, with MC_ERR_MEMORY; a NULL callback
+    is an invalid argument."""
+    from mooncake_go import store as ms
+
+    lib = ms._library13()
+    assert lib is not None, "libmooncake.so speaks store.h 1.3 and this is CPython"
+    key = unique("alloc")
+    vals = [os.urandom(n) for n in (1, 4095, 300_000)]
+    keys = [f"{key}-{i}" for i in range(len(vals))]
+    for k, v in zip(keys, vals):
+        store.put(k, v)
+    missing = unique("none")
+    got = store.batch_get(keys + [missing])
+    assert got[:3] == vals and all(type(g) is bytes for g in got[:3])
+    assert got[3] == errors.STORE_ERR_OBJECT_NOT_FOUND
+    assert store.batch_get([]) == []
+    try:  # the 1.2 path
+        ms._protos13 = False
+        assert store.batch_get(keys + [missing]) == vals + [errors.STORE_ERR_OBJECT_NOT_FOUND]
+    finally:
+        ms._protos13 = None
+    assert store.batch_get(keys) == vals
+
+    h = store._h
+    kb = [k.encode() for k in keys]
+    n = len(kb)
+    k_arr = (ctypes.c_char_p * n)(*kb)
+    l_arr = (ctypes.c_size_t * n)(*[len(k) for k in kb])
+    out = (ctypes.c_int64 * n)()
+    calls = []
+
+    @ms._ALLOC_FN
+    def refuse_second(ctx, i, size):
+        calls.append((i, size))
+        if i == 1:
+            return 0
+        b = ctypes.create_string_buffer(size)
+        ctx.append(b)
+        return ctypes.addressof(b)
+
+    held = []
+    rc = lib.mc_store_batch_get_alloc(h, k_arr, l_arr, n, refuse_second, held, out)
+    assert rc == 0, rc  # per-key failures go to out; the call itself succeeded
+    assert sorted(calls) == [(0, 1), (1, 4095), (2, 300_000)]
+    assert list(out) == [1, errors.ERR_MEMORY, 300_000]
+    assert "cannot allocate 4095 bytes" in mooncake_go._lib.last_error(lib)
+    assert held[0].raw[:1] == vals[0] and held[1].raw[:300_000] == vals[2]
+    null = ctypes.cast(None, ms._ALLOC_FN)
+    assert lib.mc_store_batch_get_alloc(h, k_arr, l_arr, n, null, held, out) == errors.ERR_INVALID_ARGUMENT
+    assert "alloc is NULL" in mooncake_go._lib.last_error(lib)

@@ -1057,6 +1057,20 @@ class MooncakeDistributedStore:
         """Stores [buffer_ptr, +size) under key, zero copy from a registered
         buffer (staged through the local buffer otherwise): 0 or a negative
         code. size 0 stores nothing and returns 0, as upstream."""
+        if type(key) is str and type(buffer_ptr) is int and type(size) is int and 0 < size and 0 <= buffer_ptr < _U64:
+            cfg, rc = _put_config(config)
+            if rc == OK and cfg is None:  # one key, default settings: mc_store_put_from_n, no arrays
+                def one(s):
+                    try:
+                        s.put_from(key, buffer_ptr, size)
+                    except MooncakeError as e:
+                        if e.code != _errors.ERR_ADDRESS_NOT_REGISTERED:
+                            raise
+                        c = s.batch_put_ptrs([key], [buffer_ptr], [size])[0]  # staged through the local buffer
+                        return _upstream(c)
+                    return OK
+
+                return self._call(one)
         return self.batch_put_from([key], [buffer_ptr], [size], config, _single=True)[0]
 
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=_DEFAULT_CONFIG, _single=False):
@@ -1223,6 +1237,16 @@ class MooncakeDistributedStore:
         registered buffer (staged through the local buffer otherwise):
         the bytes read, or a negative code (-704 missing, -600 when the
         buffer is too small)."""
+        if type(key) is str and type(buffer_ptr) is int and type(size) is int and 0 < size and 0 <= buffer_ptr < _U64:
+            def one(s):  # one key: mc_store_get_into_n, no arrays
+                try:
+                    return s.get_into(key, buffer_ptr, size)
+                except MooncakeError as e:
+                    if e.code != _errors.ERR_ADDRESS_NOT_REGISTERED:
+                        raise
+                return s.get_copy_into(key, buffer_ptr, size)  # staged through the local buffer
+
+            return self._call(one)
         return self.batch_get_into([key], [buffer_ptr], [size])[0]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):

@@ -91,7 +91,9 @@ type dialConfig struct {
 // INVALID_PARAMS (no endpoint, bad cluster id); RPC_FAIL (gRPC refused the
 // target).
 func dial(addr string, cfg dialConfig, stop <-chan struct{}) (*grpc.ClientConn, error) {
-	opts := append(tlsconfig.DialOptions(cfg.tls), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)))
+	opts := append(tlsconfig.DialOptions(cfg.tls), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxRecvBytes)),
+		// fixed windows, no BDP pings (see store.GRPCWindow)
+		grpc.WithInitialWindowSize(store.GRPCWindow), grpc.WithInitialConnWindowSize(store.GRPCWindow))
 	cluster := cfg.cluster
 	eps, ok := etcdEndpoints(addr)
 	if !ok {

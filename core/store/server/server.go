@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -133,7 +134,15 @@ func New(m *master.Master, opts Options) *Server {
 	s.mu.tierCh = make(chan struct{})
 	s.mu.spaceCh = make(chan struct{})
 	s.metrics = newMetrics(opts.Registry, s)
-	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...)}
+	// Per-call cost: each unary call is one short stream, so streams run on
+	// GOMAXPROCS long-lived workers (no goroutine start and stack growth per
+	// call; busy workers fall back to a new goroutine), and the flow-control
+	// windows are fixed at gRPC's BDP ceiling (16 MiB), which turns off its
+	// BDP ping probes. Together about 15% less CPU per call on loopback
+	// (client + master, measured with BatchExistKey).
+	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)...),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.InitialWindowSize(store.GRPCWindow), grpc.InitialConnWindowSize(store.GRPCWindow)}
 	if opts.TLS != nil {
 		gopts = append(gopts, grpc.Creds(tlsconfig.ServerCredentials(opts.TLS, opts.Logf)))
 	}
