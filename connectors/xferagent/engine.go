@@ -160,9 +160,11 @@ type request struct {
 	rmem     int
 	agent    string
 	raw      bool // PrepRaw: remote ranges carry no metadata id
+	released bool // ReleaseWhenDone: drop it when the post ends
+	done     chan struct{} // closed when the current post ends
 	inflight bool
 	err      error
-	done     bool // the last post finished (err says how)
+	finished bool // the last post finished (err says how)
 }
 
 // New starts an engine for cfg: a P2P handshake endpoint and a tcp data
@@ -786,7 +788,8 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 	if !r.raw { // raw descriptors carry no ids: merge by address alone would cross registrations
 		reqs = merge(local, remote, reqs)
 	}
-	r.inflight, r.done, r.err = true, false, nil
+	r.inflight, r.finished, r.err = true, false, nil
+	r.done = make(chan struct{})
 	agent := r.agent
 	e.wg.Add(1)
 	e.mu.Unlock()
@@ -904,9 +907,63 @@ func (e *Engine) wait(batch transfer.BatchID, n int) error {
 // finish records the end of a post.
 func (e *Engine) finish(r *request, err error) {
 	e.mu.Lock()
-	r.inflight, r.done, r.err = false, true, err
+	r.inflight, r.finished, r.err = false, true, err
+	close(r.done)
+	if r.released {
+		for id, q := range e.mu.reqs {
+			if q == r {
+				delete(e.mu.reqs, id)
+			}
+		}
+	}
 	e.mu.Unlock()
 	e.wg.Done()
+}
+
+// Wait blocks until request req's last post ended or timeout passes
+// (negative: no bound) and returns as CheckXfer then. Errors: ErrNotFound.
+func (e *Engine) Wait(req uint64, timeout time.Duration) (done bool, err error) {
+	e.mu.Lock()
+	r, ok := e.mu.reqs[req]
+	var ch chan struct{}
+	if ok && r.inflight {
+		ch = r.done
+	}
+	e.mu.Unlock()
+	if !ok {
+		return false, fmt.Errorf("%w: request %d", ErrNotFound, req)
+	}
+	if ch != nil {
+		if timeout < 0 {
+			<-ch
+		} else {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+		}
+	}
+	return e.CheckXfer(req)
+}
+
+// ReleaseWhenDone frees request req now, or, while a post of it still
+// runs, as soon as that post ends (nothing is aborted mid-copy). Errors:
+// ErrNotFound. (TensorRT-LLM TransferStatus::release and destructor)
+func (e *Engine) ReleaseWhenDone(req uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.mu.reqs[req]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: request %d (already released?)", ErrNotFound, req)
+	case r.inflight:
+		r.released = true
+		return nil
+	}
+	delete(e.mu.reqs, req)
+	return nil
 }
 
 // CheckXfer reports whether request req's last post finished (done) or
