@@ -159,8 +159,8 @@ type request struct {
 	lmem     int
 	rmem     int
 	agent    string
-	raw      bool // PrepRaw: remote ranges carry no metadata id
-	released bool // ReleaseWhenDone: drop it when the post ends
+	raw      bool          // PrepRaw: remote ranges carry no metadata id
+	released bool          // ReleaseWhenDone: drop it when the post ends
 	done     chan struct{} // closed when the current post ends
 	inflight bool
 	err      error

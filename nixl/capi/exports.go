@@ -13,8 +13,8 @@ import (
 	"os"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
-	"github.com/mooncake-go/mooncake/core/transfer/cuda"
 	nixl "github.com/mooncake-go/mooncake/connectors/xferagent"
+	"github.com/mooncake-go/mooncake/core/transfer/cuda"
 )
 
 // Codes of nixl.h.
