@@ -135,6 +135,19 @@ bench-nixl: wheel-site
 	MC_NIXL_PLUGIN_DIR=$$d $$venv/bin/python integration-tests/engines/nixl/bench.py $(BENCH_ARGS); \
 	rc=$$?; rm -rf $$d; exit $$rc
 
+# TensorRT-LLM transfer agent (TensorRT-LLM itself cannot be installed
+# here): the C++ harness plays a context and a generation rank in two
+# processes through TensorRT-LLM's call sequence against each built
+# generation of libtensorrt_llm_mooncake_wrapper.so, every byte and every
+# sync message checked, bad input refused. bench-trtllm: its WRITE
+# throughput at 64 KiB and 1 MiB vs our raw transfer engine, same run.
+.PHONY: test-trtllm bench-trtllm
+test-trtllm: trtllm-wrapper
+	for g in g2b g3; do echo "== TensorRT-LLM interface $$g"; \
+		timeout 600 build/trtllm/$$g/trtllm-harness build/trtllm/$$g/libtensorrt_llm_mooncake_wrapper.so || exit 1; done
+bench-trtllm: trtllm-wrapper
+	for i in 1 2 3; do build/trtllm/g3/trtllm-harness build/trtllm/g3/libtensorrt_llm_mooncake_wrapper.so --bench | grep BENCH; done
+
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the
 # connector's load/save GB/s vs. the raw store client for the same objects.
@@ -201,7 +214,7 @@ test-upstream-store: lib venv build
 		./scripts/test-upstream-store.sh
 
 
-test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine
+test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine test-trtllm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz-short
 	$(MAKE) test-vllm-engine

@@ -20,7 +20,7 @@ LIBMOONCAKE := build/libmooncake.so
 # The external linker runs in a temporary directory: the script path must be absolute.
 LIBMOONCAKE_LDFLAGS := -extldflags -Wl,-soname,libmooncake.so,--version-script=$(CURDIR)/abi/libmooncake.map
 
-.PHONY: lib venv test-abi nixl-plugin
+.PHONY: lib venv test-abi nixl-plugin trtllm-wrapper
 
 # Always handed to go build, which relinks only when a dependency changed.
 lib:
@@ -39,6 +39,22 @@ nixl-plugin: lib
 		-D_GLIBCXX_USE_CXX11_ABI=1 -Iabi/include -Inixl/plugin nixl/plugin/plugin.cpp -Lbuild -lmooncake \
 		-Wl,-rpath,'$$ORIGIN' -Wl,-z,nodelete -Wl,-Bsymbolic -Wl,--no-undefined \
 		-Wl,--version-script=$(CURDIR)/nixl/plugin/plugin.map -o $(NIXL_PLUGIN)
+
+# trtllm-wrapper: TensorRT-LLM's Mooncake transfer-agent library
+# libtensorrt_llm_mooncake_wrapper.so (trtllm/shim over mc_trtllm_*), one
+# per interface generation it covers (build/trtllm/g2b, build/trtllm/g3;
+# RUNPATH $ORIGIN/../.. finds libmooncake.so two folders up, in build/ and
+# in the wheel's mooncake_go/), and the two-process harness of each.
+TRTLLM_GENS := g2b:2 g3:3
+trtllm-wrapper: lib
+	@for g in $(TRTLLM_GENS); do d=build/trtllm/$${g%%:*}; n=$${g##*:}; mkdir -p $$d && \
+	echo "$(CXX) ... -DMCGO_TRTLLM_GEN=$$n -o $$d/libtensorrt_llm_mooncake_wrapper.so" && \
+	$(CXX) -std=c++20 -O2 -fPIC -shared -Wall -Wno-pragmas -DMCGO_TRTLLM_GEN=$$n -fvisibility=hidden -fvisibility-inlines-hidden \
+		-D_GLIBCXX_USE_CXX11_ABI=1 -Iabi/include -Itrtllm/shim trtllm/shim/agent.cpp -Lbuild -lmooncake \
+		-Wl,-rpath,'$$ORIGIN/../..' -Wl,-z,nodelete -Wl,--no-undefined \
+		-Wl,--version-script=$(CURDIR)/trtllm/shim/agent.map -o $$d/libtensorrt_llm_mooncake_wrapper.so && \
+	$(CXX) -std=c++20 -O2 -Wall -Wno-pragmas -DMCGO_TRTLLM_GEN=$$n -D_GLIBCXX_USE_CXX11_ABI=1 -Iabi/include -Itrtllm/shim \
+		trtllm/shim/harness.cpp -ldl -o $$d/trtllm-harness || exit 1; done
 
 venv: $(VENV)/.requirements-dev.stamp
 
@@ -67,12 +83,13 @@ test-abi: lib venv
 # the upstream tool names run the bundled binary, and the guard .pth is in
 # site-packages.
 .PHONY: wheel
-wheel: lib venv nixl-plugin
+wheel: lib venv nixl-plugin trtllm-wrapper
 	cp $(LIBMOONCAKE) abi/python/mooncake_go/libmooncake.so
 	cp $(NIXL_PLUGIN) abi/python/mooncake_go/libplugin_MOONCAKE_GO.so
+	for g in g2b g3; do mkdir -p abi/python/mooncake_go/trtllm/$$g && cp build/trtllm/$$g/libtensorrt_llm_mooncake_wrapper.so abi/python/mooncake_go/trtllm/$$g/; done
 	$(GO) build -buildvcs=auto -o abi/python/mooncake_go/bin/mooncake ./core/cmd/mooncake
 	rm -rf build/wheel build/wheel-venv build/lib build/bdist.* && $(VENV)/bin/pip wheel --quiet --disable-pip-version-check --no-deps -w build/wheel .
-	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/libplugin_MOONCAKE_GO.so abi/python/mooncake_go/bin build/lib build/bdist.*
+	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/libplugin_MOONCAKE_GO.so abi/python/mooncake_go/trtllm abi/python/mooncake_go/bin build/lib build/bdist.*
 	rm -rf mooncake_go.egg-info compat/python/mooncake_go.egg-info
 	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
 	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake_go.sglang, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; from mooncake_go.sglang import _abi; print('wheel ok:', mooncake_go.load()._name, 'sglang abi', hex(_abi._lib_handle().mc_sglang_abi_version()))"

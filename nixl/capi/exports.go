@@ -13,8 +13,8 @@ import (
 	"os"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
+	nixl "github.com/mooncake-go/mooncake/connectors/xferagent"
 	"github.com/mooncake-go/mooncake/core/transfer/cuda"
-	"github.com/mooncake-go/mooncake/nixl"
 )
 
 // Codes of nixl.h.
@@ -30,7 +30,7 @@ const (
 // errHostFamily is mc_nixl_check_host's refusal.
 var errHostFamily = errors.New("nixl: host ABI family not supported")
 
-// codes maps package nixl's errors to this header's codes (and
+// codes maps package xferagent's errors to this header's codes (and
 // MC_ERR_NOT_FOUND); other errors get cbridge's.
 var codes = []cbridge.Sentinel{
 	{Err: nixl.ErrRemoteDisconnect, Code: codeRemoteDisconnect},

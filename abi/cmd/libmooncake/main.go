@@ -17,6 +17,7 @@ import (
 	_ "github.com/mooncake-go/mooncake/abi/store"   // mc_store_*
 	_ "github.com/mooncake-go/mooncake/nixl/capi"   // mc_nixl_*
 	_ "github.com/mooncake-go/mooncake/sglang/capi" // mc_sglang_*
+	_ "github.com/mooncake-go/mooncake/trtllm/capi" // mc_trtllm_*
 	_ "github.com/mooncake-go/mooncake/vllm/capi"   // mc_vllm_*
 )
 

@@ -1,11 +1,8 @@
 /*
  * mooncake/trtllm.h - C ABI behind the TensorRT-LLM KV-cache transfer agent
- * (symbol prefix mc_trtllm_), in libmooncake.so. DRAFT: not implemented
- * yet; planned in a later issue (DESIGN.md) (the TensorRT-LLM adapter, trtllm/capi and its C++
- * shim). Nothing declared here is exported by the library yet, not even
- * mc_trtllm_abi_version: a library without the symbol has no TensorRT-LLM
- * adapter; one that has it returns a major of at least 1. Until then the
- * declarations may change without a major bump.
+ * (symbol prefix mc_trtllm_), in libmooncake.so: package trtllm/capi over
+ * connectors/xferagent (issue 17). Version 1.0: every function below is
+ * exported.
  *
  * Who calls it: only our C++ shim libtensorrt_llm_mooncake_wrapper.so
  * (createMooncakeTransferAgent), which links libmooncake.so
@@ -31,8 +28,8 @@
 extern "C" {
 #endif
 
-#define MC_TRTLLM_ABI_VERSION_MAJOR 0
-#define MC_TRTLLM_ABI_VERSION_MINOR 1
+#define MC_TRTLLM_ABI_VERSION_MAJOR 1
+#define MC_TRTLLM_ABI_VERSION_MINOR 0
 #define MC_TRTLLM_ABI_VERSION ((uint32_t)((MC_TRTLLM_ABI_VERSION_MAJOR << 16) | MC_TRTLLM_ABI_VERSION_MINOR))
 
 /* Memory types (TRT-LLM MemoryType values). */
@@ -80,17 +77,25 @@ typedef struct mc_trtllm_kv {
   size_t value_len;
 } mc_trtllm_kv_t;
 
-/* mc_trtllm_abi_version returns MC_TRTLLM_ABI_VERSION of the library. Not exported yet (draft). */
+/* mc_trtllm_abi_version returns MC_TRTLLM_ABI_VERSION of the library. */
 uint32_t mc_trtllm_abi_version(void);
 
 /* mc_trtllm_check_host tells whether the shim (built for shim_abi, this
  * header's version) may serve TRT-LLM generation `generation` (spec section
- * 0); MC_TRTLLM_ERR_HOST_GENERATION otherwise. (factory sanity check) */
+ * 0: MC_TRTLLM_GEN_G2B or MC_TRTLLM_GEN_G3); MC_TRTLLM_ERR_HOST_GENERATION
+ * otherwise, also for a shim_abi of another major. (factory sanity check) */
+#define MC_TRTLLM_GEN_G2B 2 /* wait(timeout) -> TransferState, AgentDesc of one string */
+#define MC_TRTLLM_GEN_G3 3  /* + TransferStatus::release/getLastStatusStr, AgentDesc with VRAM regions */
 int mc_trtllm_check_host(uint32_t shim_abi, uint32_t generation);
 
 /* mc_trtllm_agent_create starts an agent named name[0..name_len) with
- * MC_TRTLLM_FLAG_* flags and params (settings otherwise come from the
- * environment and config files). (createMooncakeTransferAgent) */
+ * MC_TRTLLM_FLAG_* flags (informational: the agent runs its own
+ * goroutines) and params (backendParams: the transfer agent's keys
+ * "ip_addr", "cma", "request_timeout_ms", "workers"; an unknown key is
+ * MC_ERR_INVALID_ARGUMENT naming it). The address comes from
+ * TLLM_MOONCAKE_IP_ADDR, else the IPv4 address of interface
+ * TRTLLM_MOONCAKE_INTERFACE, else "ip_addr", else the first non-loopback
+ * IPv4 address (read through libc). (createMooncakeTransferAgent) */
 int mc_trtllm_agent_create(const char* name, size_t name_len, uint32_t flags, const mc_trtllm_kv_t* params,
                            size_t n, mc_trtllm_agent_t** out);
 
@@ -129,7 +134,11 @@ int mc_trtllm_invalidate_remote(mc_trtllm_agent_t* a, const char* name, size_t n
  * mc_trtllm_submit starts moving src[i] <-> dst[i] (n pairs of equal
  * length) with remote agent remote, and stores the transfer's id in
  * *out_xfer. msg (NULL for none) is delivered to the remote once, after the
- * data is visible there. The arrays are read during the call only.
+ * data is visible there. The arrays are read during the call only. src
+ * must lie in this agent's registrations (MC_ERR_INVALID_ARGUMENT); dst is
+ * checked by the remote against its registrations when the bytes move (a
+ * miss fails the transfer); unequal lengths: MC_TRTLLM_ERR_SIZE_MISMATCH;
+ * an agent never loaded: MC_TRTLLM_ERR_UNKNOWN_AGENT.
  * (submitTransferRequests)
  */
 int mc_trtllm_submit(mc_trtllm_agent_t* a, int op, int src_mem, const mc_trtllm_desc_t* src, int dst_mem,

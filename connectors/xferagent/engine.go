@@ -1,4 +1,4 @@
-package nixl
+package xferagent
 
 import (
 	"context"
@@ -22,15 +22,15 @@ var (
 	// ErrInvalidParam: a bad argument (NIXL_ERR_INVALID_PARAM).
 	ErrInvalidParam = transfer.ErrInvalidArgument
 	// ErrNotFound: an unknown agent, metadata id or request (NIXL_ERR_NOT_FOUND).
-	ErrNotFound = errors.New("nixl: not found")
+	ErrNotFound = errors.New("agent: not found")
 	// ErrMismatch: a blob that is not ours or is corrupt (NIXL_ERR_MISMATCH).
-	ErrMismatch = errors.New("nixl: mismatch")
+	ErrMismatch = errors.New("agent: mismatch")
 	// ErrNotAllowed: e.g. a peer's connection info changed (NIXL_ERR_NOT_ALLOWED).
-	ErrNotAllowed = errors.New("nixl: not allowed")
+	ErrNotAllowed = errors.New("agent: not allowed")
 	// ErrRepostActive: a post or release of a request still in flight (NIXL_ERR_REPOST_ACTIVE).
-	ErrRepostActive = errors.New("nixl: request still in flight")
+	ErrRepostActive = errors.New("agent: request still in flight")
 	// ErrRemoteDisconnect: the peer cannot be reached (NIXL_ERR_REMOTE_DISCONNECT).
-	ErrRemoteDisconnect = errors.New("nixl: remote disconnected")
+	ErrRemoteDisconnect = errors.New("agent: remote disconnected")
 	// ErrUnsupported: a memory type or feature not built or not present (NIXL_ERR_NOT_SUPPORTED).
 	ErrUnsupported = transfer.ErrUnsupported
 )
@@ -159,9 +159,12 @@ type request struct {
 	lmem     int
 	rmem     int
 	agent    string
+	raw      bool          // PrepRaw: remote ranges carry no metadata id
+	released bool          // ReleaseWhenDone: drop it when the post ends
+	done     chan struct{} // closed when the current post ends
 	inflight bool
 	err      error
-	done     bool // the last post finished (err says how)
+	finished bool // the last post finished (err says how)
 }
 
 // New starts an engine for cfg: a P2P handshake endpoint and a tcp data
@@ -210,14 +213,14 @@ func New(cfg Config) (*Engine, error) {
 	}
 	hs, err := p2pmeta.Listen(net.JoinHostPort(ip, "0"), p2pmeta.WithHost(ip))
 	if err != nil {
-		return nil, fmt.Errorf("nixl: agent %q: handshake listener on %s: %w", cfg.Agent, ip, err)
+		return nil, fmt.Errorf("agent: agent %q: handshake listener on %s: %w", cfg.Agent, ip, err)
 	}
 	e := &Engine{agent: cfg.Agent, seg: hs.Name(), timeout: timeout, cuda: cfg.CUDA != nil, hs: hs}
 	if useCMA {
 		e.table = make([]byte, cmaTableLen)
 		if e.cma, err = newCookie(e.table); err != nil {
 			hs.Close()
-			return nil, fmt.Errorf("nixl: agent %q: %w", cfg.Agent, err)
+			return nil, fmt.Errorf("agent: agent %q: %w", cfg.Agent, err)
 		}
 	}
 	tr := tcp.New(tcp.Config{BindAddr: net.JoinHostPort(ip, "0"), Host: ip})
@@ -226,7 +229,7 @@ func New(cfg Config) (*Engine, error) {
 	e.te, err = transfer.New(ctx, transfer.Config{Name: e.seg, Metadata: hs, Transport: tr, Workers: workers, RequestTimeout: timeout, CUDA: cfg.CUDA})
 	if err != nil {
 		hs.Close()
-		return nil, fmt.Errorf("nixl: agent %q: %w", cfg.Agent, err)
+		return nil, fmt.Errorf("agent: agent %q: %w", cfg.Agent, err)
 	}
 	e.mu.regs = map[uint64]*region{}
 	e.mu.mds = map[uint64]*md{}
@@ -315,14 +318,14 @@ func (e *Engine) Register(buf []byte, addr, n, dev uint64, mem int) (uint64, err
 			return 0, fmt.Errorf("%w: DRAM registration of %d bytes given %d", ErrInvalidParam, n, len(buf))
 		}
 		if err := e.te.RegisterLocalMemory(ctx, buf, "cpu:0", true); err != nil {
-			return 0, fmt.Errorf("nixl: register DRAM [%#x,+%d): %w", addr, n, err)
+			return 0, fmt.Errorf("agent: register DRAM [%#x,+%d): %w", addr, n, err)
 		}
 	case MemVRAM:
 		if !e.cuda {
 			return 0, fmt.Errorf("%w: VRAM registration needs a CUDA runtime, and none loaded in this process (DRAM works)", ErrUnsupported)
 		}
 		if err := e.te.RegisterDeviceMemory(ctx, addr, n, int(dev), true); err != nil {
-			return 0, fmt.Errorf("nixl: register VRAM [%#x,+%d) on device %d: %w", addr, n, dev, err)
+			return 0, fmt.Errorf("agent: register VRAM [%#x,+%d) on device %d: %w", addr, n, dev, err)
 		}
 	default:
 		return 0, fmt.Errorf("%w: memory type %s (this backend moves DRAM, and VRAM where CUDA is present)", ErrUnsupported, memName(mem))
@@ -547,6 +550,14 @@ func (e *Engine) UnloadMD(id uint64) error {
 // loaded for agent, or, for this engine's own agent, in a local alias or
 // registration. Errors: ErrInvalidParam naming the first bad descriptor.
 func (e *Engine) checkLists(op int, lmem int, local []Desc, rmem int, remote []Desc, agent string) ([]transfer.Request, error) {
+	return e.checkListsMode(op, lmem, local, rmem, remote, agent, false)
+}
+
+// checkListsMode is checkLists; with raw, local descriptors are found by
+// range among the registrations (their MD is ignored) and remote ones are
+// checked only for shape: the target (its tcp server, or its CMA table)
+// checks them against its registrations at transfer time.
+func (e *Engine) checkListsMode(op int, lmem int, local []Desc, rmem int, remote []Desc, agent string, raw bool) ([]transfer.Request, error) {
 	if op != int(transfer.Read) && op != int(transfer.Write) {
 		return nil, fmt.Errorf("%w: operation %d (want NIXL_READ 0 or NIXL_WRITE 1)", ErrInvalidParam, op)
 	}
@@ -565,11 +576,21 @@ func (e *Engine) checkLists(op int, lmem int, local []Desc, rmem int, remote []D
 		if l.Len == 0 || l.Len != r.Len {
 			return nil, fmt.Errorf("%w: descriptor %d: local length %d, remote length %d (want equal and > 0)", ErrInvalidParam, i, l.Len, r.Len)
 		}
+		if raw {
+			l.MD = e.regFor(l, lmem)
+			if self {
+				r.MD = e.regFor(r, rmem)
+			} else if r.Addr+r.Len < r.Addr {
+				return nil, fmt.Errorf("%w: remote descriptor %d: [%#x,+%d) runs past the end of the address space", ErrInvalidParam, i, r.Addr, r.Len)
+			}
+		}
 		if err := e.inLocal(l, lmem); err != nil {
 			return nil, fmt.Errorf("%w: local descriptor %d: %v", ErrInvalidParam, i, err)
 		}
-		if err := e.inRemote(r, rmem, agent, self); err != nil {
-			return nil, fmt.Errorf("%w: remote descriptor %d: %v", ErrInvalidParam, i, err)
+		if !raw || self {
+			if err := e.inRemote(r, rmem, agent, self); err != nil {
+				return nil, fmt.Errorf("%w: remote descriptor %d: %v", ErrInvalidParam, i, err)
+			}
 		}
 		reqs[i] = transfer.Request{Op: transfer.Opcode(op), Source: l.Addr, TargetOffset: r.Addr, Length: l.Len}
 	}
@@ -594,6 +615,17 @@ func merge(local, remote []Desc, reqs []transfer.Request) []transfer.Request {
 		out = append(out, q)
 	}
 	return out
+}
+
+// regFor returns the id of the registration holding d (memory type mem,
+// device d.DevID), or 0 (under mu).
+func (e *Engine) regFor(d Desc, mem int) uint64 {
+	for id, r := range e.mu.regs {
+		if r.mem == mem && r.dev == d.DevID && within(d.Addr, d.Len, r.addr, r.n) {
+			return id
+		}
+	}
+	return 0
 }
 
 // within reports whether [a, a+n) lies in [ra, ra+rn).
@@ -655,6 +687,75 @@ func (e *Engine) PrepXfer(op, lmem int, local []Desc, rmem int, remote []Desc, a
 	return id, nil
 }
 
+// PrepRaw is PrepXfer for callers that name remote ranges without
+// metadata ids (TensorRT-LLM's TransferRequest): local descriptors are
+// found by range among this engine's registrations, remote ones are
+// checked by the target when the bytes move (its tcp server, or its table
+// of registrations for the CMA path). Errors as PrepXfer.
+func (e *Engine) PrepRaw(op, lmem int, local []Desc, rmem int, remote []Desc, agent string) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, err := e.checkListsMode(op, lmem, local, rmem, remote, agent, true); err != nil {
+		return 0, err
+	}
+	id := e.id()
+	e.mu.reqs[id] = &request{op: transfer.Opcode(op), lmem: lmem, rmem: rmem, agent: agent, raw: true}
+	return id, nil
+}
+
+// CoversRemote reports whether a transfer to remote (memory type mem) of
+// agent would find every range registered there now: by the peer's CMA
+// table when CMA reaches it, else by its published segment descriptor
+// (read again). False for an unknown agent. (TensorRT-LLM checkRemoteDescs)
+func (e *Engine) CoversRemote(agent string, mem int, remote []Desc) bool {
+	if mem != MemDRAM && mem != MemVRAM {
+		return false
+	}
+	reqs := make([]transfer.Request, len(remote))
+	for i, r := range remote {
+		reqs[i] = transfer.Request{TargetOffset: r.Addr, Length: r.Len}
+	}
+	if agent == e.agent {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for _, r := range remote {
+			if e.regFor(r, mem) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if mem == MemDRAM && e.cmaPeer(agent, MemDRAM, MemDRAM, reqs) > 0 {
+		return true
+	}
+	e.mu.Lock()
+	if p, ok := e.mu.peers[agent]; ok && p.opened {
+		p.stale = true
+	}
+	e.mu.Unlock()
+	id, err := e.segment(agent)
+	return err == nil && e.descCovers(id, reqs)
+}
+
+// descCovers reports whether every remote range of reqs lies in a buffer
+// of segment id's descriptor as last read.
+func (e *Engine) descCovers(id transfer.SegmentID, reqs []transfer.Request) bool {
+	d, err := e.te.SegmentDesc(id)
+	if err != nil {
+		return false
+	}
+	for _, q := range reqs {
+		found := false
+		for _, b := range d.Buffers {
+			found = found || within(q.TargetOffset, q.Length, b.Addr, b.Length)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // PostXfer starts request req again with the lists given (checked anew;
 // op and memory types must be the request's) and, when notif is not nil,
 // sends notif to the peer once every byte landed there. It returns at
@@ -679,13 +780,16 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 		e.mu.Unlock()
 		return false, fmt.Errorf("%w: request %d was prepared for %v, posted as operation %d", ErrInvalidParam, req, r.op, op)
 	}
-	reqs, err := e.checkLists(op, r.lmem, local, r.rmem, remote, r.agent)
+	reqs, err := e.checkListsMode(op, r.lmem, local, r.rmem, remote, r.agent, r.raw)
 	if err != nil {
 		e.mu.Unlock()
 		return false, err
 	}
-	reqs = merge(local, remote, reqs)
-	r.inflight, r.done, r.err = true, false, nil
+	if !r.raw { // raw descriptors carry no ids: merge by address alone would cross registrations
+		reqs = merge(local, remote, reqs)
+	}
+	r.inflight, r.finished, r.err = true, false, nil
+	r.done = make(chan struct{})
 	agent := r.agent
 	e.wg.Add(1)
 	e.mu.Unlock()
@@ -707,6 +811,16 @@ func (e *Engine) PostXfer(req uint64, op int, local, remote []Desc, notif []byte
 	target := transfer.LocalSegment
 	if agent != e.agent {
 		target, err = e.segment(agent)
+		if err == nil && r.raw && !e.descCovers(target, reqs) {
+			// The peer may have registered more memory since its
+			// descriptor was read: read it again once.
+			e.mu.Lock()
+			if p, ok := e.mu.peers[agent]; ok {
+				p.stale = true
+			}
+			e.mu.Unlock()
+			target, err = e.segment(agent)
+		}
 	}
 	var batch transfer.BatchID
 	if err == nil && len(reqs) > 0 {
@@ -779,7 +893,7 @@ func (e *Engine) wait(batch transfer.BatchID, n int) error {
 	if err == nil {
 		for i, s := range sts {
 			if s.Status != transfer.StatusCompleted {
-				err = fmt.Errorf("nixl: descriptor %d: %v: %w", i, s.Status, s.Err)
+				err = fmt.Errorf("agent: descriptor %d: %v: %w", i, s.Status, s.Err)
 				break
 			}
 		}
@@ -793,9 +907,63 @@ func (e *Engine) wait(batch transfer.BatchID, n int) error {
 // finish records the end of a post.
 func (e *Engine) finish(r *request, err error) {
 	e.mu.Lock()
-	r.inflight, r.done, r.err = false, true, err
+	r.inflight, r.finished, r.err = false, true, err
+	close(r.done)
+	if r.released {
+		for id, q := range e.mu.reqs {
+			if q == r {
+				delete(e.mu.reqs, id)
+			}
+		}
+	}
 	e.mu.Unlock()
 	e.wg.Done()
+}
+
+// Wait blocks until request req's last post ended or timeout passes
+// (negative: no bound) and returns as CheckXfer then. Errors: ErrNotFound.
+func (e *Engine) Wait(req uint64, timeout time.Duration) (done bool, err error) {
+	e.mu.Lock()
+	r, ok := e.mu.reqs[req]
+	var ch chan struct{}
+	if ok && r.inflight {
+		ch = r.done
+	}
+	e.mu.Unlock()
+	if !ok {
+		return false, fmt.Errorf("%w: request %d", ErrNotFound, req)
+	}
+	if ch != nil {
+		if timeout < 0 {
+			<-ch
+		} else {
+			t := time.NewTimer(timeout)
+			defer t.Stop()
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+		}
+	}
+	return e.CheckXfer(req)
+}
+
+// ReleaseWhenDone frees request req now, or, while a post of it still
+// runs, as soon as that post ends (nothing is aborted mid-copy). Errors:
+// ErrNotFound. (TensorRT-LLM TransferStatus::release and destructor)
+func (e *Engine) ReleaseWhenDone(req uint64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.mu.reqs[req]
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: request %d (already released?)", ErrNotFound, req)
+	case r.inflight:
+		r.released = true
+		return nil
+	}
+	delete(e.mu.reqs, req)
+	return nil
 }
 
 // CheckXfer reports whether request req's last post finished (done) or

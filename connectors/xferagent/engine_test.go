@@ -1,4 +1,4 @@
-package nixl
+package xferagent
 
 import (
 	"bytes"
@@ -338,4 +338,61 @@ func TestMerge(t *testing.T) {
 		{Source: 205, TargetOffset: 1026, Length: 5},  // remote gap
 	}
 	assert.Equal(t, want, got)
+}
+
+// TestRawRequests: TensorRT-LLM's requests name remote ranges without
+// metadata ids; the target's registrations decide, on both paths, and a
+// registration made after the peer was loaded is found.
+func TestRawRequests(t *testing.T) {
+	for _, cma := range []string{"auto", "off"} {
+		t.Run("cma="+cma, func(t *testing.T) {
+			a := newAgent(t, "ctx", 8192, ParamCMA, cma)
+			b := newAgent(t, "gen", 8192, ParamCMA, cma)
+			require.NoError(t, a.e.LoadRemoteConnInfo("gen", b.e.ConnInfo()))
+			require.NoError(t, b.e.LoadRemoteConnInfo("ctx", a.e.ConnInfo()))
+			fill(a.buf, 4)
+			l := []Desc{{Addr: addrOf(a.buf) + 100, Len: 3000}}
+			r := []Desc{{Addr: addrOf(b.buf) + 5000, Len: 3000}}
+			assert.True(t, a.e.CoversRemote("gen", MemDRAM, r))
+			assert.False(t, a.e.CoversRemote("gen", MemDRAM, []Desc{{Addr: addrOf(b.buf) + 8000, Len: 1000}}))
+			assert.False(t, a.e.CoversRemote("nobody", MemDRAM, r))
+			req, err := a.e.PrepRaw(1, MemDRAM, l, MemDRAM, r, "gen")
+			require.NoError(t, err)
+			_, err = a.e.PostXfer(req, 1, l, r, []byte("kv\x00ready"))
+			require.NoError(t, err)
+			require.NoError(t, waitDone(t, a.e, req))
+			require.Equal(t, a.buf[100:3100], b.buf[5000:8000])
+			got := waitNotifs(t, b.e, 1)
+			assert.Equal(t, Notif{Agent: "ctx", Msg: []byte("kv\x00ready")}, got[0])
+			require.NoError(t, a.e.ReleaseReq(req))
+
+			// A range past the target's registration is refused by it.
+			bad := []Desc{{Addr: addrOf(b.buf) + 8000, Len: 1000}}
+			req, err = a.e.PrepRaw(1, MemDRAM, []Desc{{Addr: addrOf(a.buf), Len: 1000}}, MemDRAM, bad, "gen")
+			require.NoError(t, err, "remote ranges are the target's to check")
+			_, err = a.e.PostXfer(req, 1, []Desc{{Addr: addrOf(a.buf), Len: 1000}}, bad, nil)
+			if err == nil {
+				err = waitDone(t, a.e, req)
+			}
+			require.Error(t, err)
+			// A local range outside every registration is refused at once.
+			_, err = a.e.PrepRaw(1, MemDRAM, []Desc{{Addr: addrOf(a.buf) + 8000, Len: 1000}}, MemDRAM, r, "gen")
+			require.ErrorIs(t, err, ErrInvalidParam)
+
+			// A registration made after the peer was loaded.
+			rg, err := memory.Map(4096)
+			require.NoError(t, err)
+			defer rg.Close()
+			_, err = b.e.Register(rg.Bytes(), rg.Addr(), 4096, 0, MemDRAM)
+			require.NoError(t, err)
+			r2 := []Desc{{Addr: rg.Addr(), Len: 3000}}
+			assert.True(t, a.e.CoversRemote("gen", MemDRAM, r2))
+			req, err = a.e.PrepRaw(1, MemDRAM, l, MemDRAM, r2, "gen")
+			require.NoError(t, err)
+			_, err = a.e.PostXfer(req, 1, l, r2, nil)
+			require.NoError(t, err)
+			require.NoError(t, waitDone(t, a.e, req))
+			require.Equal(t, a.buf[100:3100], rg.Bytes()[:3000])
+		})
+	}
 }

@@ -1,4 +1,4 @@
-package nixl
+package xferagent
 
 import (
 	"encoding/base64"

@@ -1,4 +1,4 @@
-package nixl
+package xferagent
 
 import (
 	"bytes"
@@ -216,10 +216,10 @@ func cmaCopy(pid int, op transfer.Opcode, reqs []transfer.Request, local func(tr
 				return fmt.Errorf("%w: peer process %d is gone", ErrRemoteDisconnect, pid)
 			}
 			if err != nil {
-				return fmt.Errorf("nixl: cma %v with process %d: %w", op, pid, os.NewSyscallError("process_vm_"+strings.ToLower(op.String())+"v", err))
+				return fmt.Errorf("agent: cma %v with process %d: %w", op, pid, os.NewSyscallError("process_vm_"+strings.ToLower(op.String())+"v", err))
 			}
 			if n <= 0 {
-				return fmt.Errorf("nixl: cma %v with process %d moved nothing", op, pid)
+				return fmt.Errorf("agent: cma %v with process %d moved nothing", op, pid)
 			}
 			want -= n
 			bufs, rv = advance(bufs, rv, n)

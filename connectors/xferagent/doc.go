@@ -1,14 +1,18 @@
-// Package nixl is the Go side of mooncake-go's NIXL backend plugin
-// (libplugin_MOONCAKE_GO.so, issue 14): one Engine per nixlBackendEngine
-// that NIXL creates, moving bytes with mooncake-go's transfer engine over
-// tcp, with P2P handshake metadata (no metadata server: peers find each
-// other through the connection info NIXL exchanges between agents).
+// Package xferagent is the engine-neutral transfer agent behind the
+// agent-style adapters: NIXL's backend plugin (libplugin_MOONCAKE_GO.so,
+// nixl/capi: one Engine per nixlBackendEngine) and TensorRT-LLM's transfer
+// agent (libtensorrt_llm_mooncake_wrapper.so, trtllm/capi: one Engine per
+// BaseTransferAgent). An Engine moves bytes with mooncake-go's transfer
+// engine over tcp, or by cross-memory attach to a process of the same host
+// (cma.go), with P2P handshake metadata (no metadata server: peers find
+// each other through the connection info the host framework exchanges
+// between agents).
 //
-// The C++ shim in nixl/plugin implements NIXL's backend class and calls the
-// mc_nixl_* functions of abi/include/mooncake/nixl.h (package nixl/capi),
-// which call the methods here one for one. Contract: shared/specs/nixl-plugin.md
-// (NIXL 1.5.1, "family D" ABI); method names below name the backend method
-// each one backs.
+// The method names below are NIXL's backend methods each one backs
+// (contract: shared/specs/nixl-plugin.md, NIXL 1.5.1 "family D"); the
+// TensorRT-LLM adapter maps its calls onto the same methods
+// (shared/specs/trtllm-agent.md), with PrepRaw for its requests, which name
+// remote ranges without per-region metadata.
 //
 // What an Engine keeps, all under one mutex:
 //   - registrations (registerMem): ranges of this process's memory,
@@ -31,4 +35,4 @@
 // Memory: DRAM always; VRAM only when a CUDA runtime loads
 // (core/transfer/cuda), else registerMem fails with "unsupported: ...".
 // BLK, OBJ and FILE are unsupported.
-package nixl
+package xferagent
