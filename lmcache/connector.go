@@ -285,8 +285,8 @@ func (c *Connector) RegisterBuffer(buf []byte) error {
 }
 
 // UnregisterBuffer undoes RegisterBuffer for the buffer that starts at
-// addr. Errors: an address no RegisterBuffer gave, the engine's,
-// ErrClosed.
+// addr. Errors: ErrNotRegistered (an address no RegisterBuffer gave),
+// the engine's, ErrClosed.
 func (c *Connector) UnregisterBuffer(addr uint64) error {
 	if err := c.check(); err != nil {
 		return err
@@ -300,7 +300,7 @@ func (c *Connector) UnregisterBuffer(addr uint64) error {
 	}
 	c.mu.Unlock()
 	if i < 0 {
-		return fmt.Errorf("lmcache: no buffer registered at %#x", addr)
+		return fmt.Errorf("%w: no buffer registered at %#x", ErrNotRegistered, addr)
 	}
 	ctx, cancel := c.ctx(false)
 	defer cancel()

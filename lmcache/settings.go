@@ -25,6 +25,9 @@ var (
 	ErrBadConfig = errors.New("lmcache: bad config")
 	// ErrClosed: a call on a connector after Close.
 	ErrClosed = errors.New("lmcache: connector closed")
+	// ErrNotRegistered: UnregisterBuffer of an address RegisterBuffer did
+	// not give (MC_ERR_INVALID_ARGUMENT).
+	ErrNotRegistered = errors.New("lmcache: buffer not registered")
 )
 
 // Roles the shim passes in Settings.Role: LMCache's worker processes

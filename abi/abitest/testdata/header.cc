@@ -21,8 +21,8 @@ static_assert(sizeof(mc_trtllm_desc_t) == 24, "mc_trtllm_desc_t layout");
 static_assert(sizeof(mc_trtllm_kv_t) == 32, "mc_trtllm_kv_t layout");
 static_assert(MC_STORE_MAX_KEY_LEN == 4096, "key limit");
 static_assert(MC_VLLM_ABI_VERSION_MAJOR == 1, "vllm.h is implemented (1.x)");
-static_assert(MC_SGLANG_ABI_VERSION_MAJOR == 0 &&
-                  MC_LMCACHE_ABI_VERSION_MAJOR == 0 && MC_NIXL_ABI_VERSION_MAJOR == 0 &&
+static_assert(MC_LMCACHE_ABI_VERSION_MAJOR == 1, "lmcache.h is implemented (1.x)");
+static_assert(MC_SGLANG_ABI_VERSION_MAJOR == 0 && MC_NIXL_ABI_VERSION_MAJOR == 0 &&
                   MC_TRTLLM_ABI_VERSION_MAJOR == 0,
               "draft headers are version 0.x");
 
@@ -31,7 +31,8 @@ int main() {
   mc_buf_free(&b);  // a no-op on an empty buffer
   mc_buf_free(nullptr);
   return mc_te_abi_version() == MC_TE_ABI_VERSION && mc_store_abi_version() == MC_STORE_ABI_VERSION &&
-                 mc_vllm_abi_version() == MC_VLLM_ABI_VERSION && mc_abi_version() == MC_ABI_VERSION
+                 mc_vllm_abi_version() == MC_VLLM_ABI_VERSION && mc_lmcache_abi_version() == MC_LMCACHE_ABI_VERSION &&
+                 mc_abi_version() == MC_ABI_VERSION
              ? 0
              : 1;
 }
