@@ -202,13 +202,12 @@ func TestDeadMasterLookupsMissFast(t *testing.T) {
 	n, err = c.BatchedContains([]string{"k"})
 	assert.Error(t, err)
 	assert.Equal(t, 0, n)
-	start := time.Now()
+	require.True(t, c.lookups.Open(), "the failed lookup opens the breaker")
 	for range 20 {
 		ok, err := c.Exists("k")
 		require.NoError(t, err)
 		require.False(t, ok)
 	}
-	assert.Less(t, time.Since(start), time.Second, "20 lookups on a dead master")
 	assert.Error(t, c.Ping())
 }
 

@@ -167,9 +167,11 @@ def test_dead_master_lookups_miss_fast(workdir, tmp_path):
         out = run_driver("dead", cfg, plan, workdir, "dead", stdin_after=lambda: p.procs[0].stop())
     finally:
         p.stop()
-    assert out["first_s"] < 5, out  # lookup_timeout_ms is 2000
-    assert out["max_rest_s"] < 0.5, out
-    assert out["total_s"] < 8, out
+    # Generous bounds (a loaded CI machine): lookup_timeout_ms is 2000, and
+    # waiting it out on each of the 40 lookups would take 80 s.
+    assert out["first_s"] < 10, out
+    assert out["max_rest_s"] < 1, out
+    assert out["total_s"] < 20, out
 
 
 def test_plugin_resolves_to_ours_and_bad_configs_name_the_key(pool, workdir, tmp_path):
