@@ -100,25 +100,6 @@ func buffers(ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, sizesName string) (
 	return bufs, errs, nil
 }
 
-// batchDone ends a batch that was carried out: MC_OK, with the count of
-// failed keys and the first failure as mc_last_error.
-func batchDone(fn string, errs []error) int32 {
-	failed, first := 0, -1
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			if first < 0 {
-				first = i
-			}
-		}
-	}
-	if failed == 0 {
-		return cbridge.Succeed()
-	}
-	cbridge.SetError(fmt.Sprintf("%s: %d of %d keys failed; first: keys[%d]: %v", fn, failed, len(errs), first, errs[first]))
-	return int32(cbridge.OK)
-}
-
 // fillBuf hands b to C in out (malloc'd; the caller frees it with mc_buf_free).
 func fillBuf(out *C.mc_buf_t, b []byte) {
 	out.data, out.len = nil, 0
@@ -271,100 +252,96 @@ func mcgo_lmcache_batched_contains(h C.uint64_t, kp **C.char, n C.size_t, pin C.
 func mcgo_lmcache_batched_put(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int32_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_lmcache_batched_put"
-	c, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if n == 0 {
-		return cbridge.Succeed()
-	}
-	ks, err := keys(kp, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	bufs, errs, err := buffers(ptrs, sizes, n, "sizes")
-	if err != nil {
-		return fail(fn, err)
+	b, err := newBatch(h, kp, ptrs, sizes, n, "sizes")
+	if err != nil || b == nil {
+		return done(fn, err)
 	}
 	codes, err := cbridge.Slice("out_codes", out, uintptr(n))
 	if err != nil {
 		return fail(fn, err)
 	}
-	ok := usable(ks, bufs, errs)
-	if len(ok) > 0 {
-		sub, subBufs := subset(ks, bufs, ok)
-		for j, err := range c.BatchedPut(sub, subBufs) {
-			errs[ok[j]] = err
+	if ks, bufs := b.usable(); len(ks) > 0 {
+		for j, err := range b.c.BatchedPut(ks, bufs) {
+			b.errs[b.ok[j]] = err
 		}
 	}
-	for i, err := range errs {
+	for i, err := range b.errs {
 		codes[i] = C.int32_t(cbridge.CodeOf(err))
 	}
-	return batchDone(fn, errs)
+	return cbridge.BatchDone(fn, b.errs)
 }
 
 //export mcgo_lmcache_batched_get
 func mcgo_lmcache_batched_get(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, caps *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_lmcache_batched_get"
-	c, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if n == 0 {
-		return cbridge.Succeed()
-	}
-	ks, err := keys(kp, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	bufs, errs, err := buffers(ptrs, caps, n, "caps")
-	if err != nil {
-		return fail(fn, err)
+	b, err := newBatch(h, kp, ptrs, caps, n, "caps")
+	if err != nil || b == nil {
+		return done(fn, err)
 	}
 	results, err := cbridge.Slice("out_results", out, uintptr(n))
 	if err != nil {
 		return fail(fn, err)
 	}
 	read := make([]int, n)
-	ok := usable(ks, bufs, errs)
-	if len(ok) > 0 {
-		sub, subBufs := subset(ks, bufs, ok)
-		got, gerrs := c.BatchedGet(sub, subBufs)
-		for j, i := range ok {
-			read[i], errs[i] = got[j], gerrs[j]
+	if ks, bufs := b.usable(); len(ks) > 0 {
+		got, gerrs := b.c.BatchedGet(ks, bufs)
+		for j, i := range b.ok {
+			read[i], b.errs[i] = got[j], gerrs[j]
 		}
 	}
-	for i, err := range errs {
+	for i, err := range b.errs {
 		if err != nil {
 			results[i] = C.int64_t(cbridge.CodeOf(err))
 		} else {
 			results[i] = C.int64_t(read[i])
 		}
 	}
-	return batchDone(fn, errs)
+	return cbridge.BatchDone(fn, b.errs)
 }
 
-// usable lists the positions whose buffer passed the checks.
-func usable(ks []string, bufs [][]byte, errs []error) []int {
-	var ok []int
-	for i := range ks {
-		if errs[i] == nil {
-			ok = append(ok, i)
-		} else {
-			errs[i] = fmt.Errorf("key %q: %w", ks[i], errs[i])
+// batch is one batched put or get: the connector, the keys and buffers
+// of the call, and per position the error of a bad buffer.
+type batch struct {
+	c    *lmcache.Connector
+	keys []string
+	bufs [][]byte
+	errs []error
+	ok   []int // positions whose buffer passed the checks (set by usable)
+}
+
+// newBatch validates the handle and the C arrays of a batch of n keys;
+// nil, nil for n == 0 (nothing to do).
+func newBatch(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, sizesName string) (*batch, error) {
+	c, err := lookup(h)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	ks, err := keys(kp, n)
+	if err != nil {
+		return nil, err
+	}
+	bufs, errs, err := buffers(ptrs, sizes, n, sizesName)
+	if err != nil {
+		return nil, err
+	}
+	return &batch{c: c, keys: ks, bufs: bufs, errs: errs}, nil
+}
+
+// usable returns the keys and buffers of the positions whose buffer
+// passed the checks (b.ok), naming the key in the others' errors.
+func (b *batch) usable() ([]string, [][]byte) {
+	var ks []string
+	var bufs [][]byte
+	for i := range b.keys {
+		if b.errs[i] != nil {
+			b.errs[i] = fmt.Errorf("key %q: %w", b.keys[i], b.errs[i])
+			continue
 		}
+		b.ok = append(b.ok, i)
+		ks, bufs = append(ks, b.keys[i]), append(bufs, b.bufs[i])
 	}
-	return ok
-}
-
-func subset(ks []string, bufs [][]byte, idx []int) ([]string, [][]byte) {
-	sk := make([]string, len(idx))
-	sb := make([][]byte, len(idx))
-	for j, i := range idx {
-		sk[j], sb[j] = ks[i], bufs[i]
-	}
-	return sk, sb
+	return ks, bufs
 }
 
 //export mcgo_lmcache_remove

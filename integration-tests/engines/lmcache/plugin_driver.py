@@ -141,8 +141,12 @@ def put(config_path, plan):
         o.ref_count_down()
     listed = on_loop(sm, inner.list())
     check(set(k.to_string() for k in keys) <= set(listed), f"list() lacks stored keys: {listed}")
+    import mooncake_go
+
+    module_file, library = sys.modules[type(inner).__module__].__file__, mooncake_go.loaded()
     sm.close()
     return {"ok": True, "op": "put", "backend": name, "chunks": len(keys), "put_s": round(put_s, 3),
+            "module_file": module_file, "library": library,
             "keys": [k.to_string() for k in keys], "sha256": digests, "sizes": sizes}
 
 
