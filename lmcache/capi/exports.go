@@ -66,6 +66,16 @@ func key(name string, p *C.char) (string, error) {
 	return k, nil
 }
 
+// lookupKey is lookup plus key("key", k), for the one-key calls.
+func lookupKey(h C.uint64_t, k *C.char) (*lmcache.Connector, string, error) {
+	c, err := lookup(h)
+	if err != nil {
+		return nil, "", err
+	}
+	ks, err := key("key", k)
+	return c, ks, err
+}
+
 // keys copies the C array of n key strings.
 func keys(p **C.char, n C.size_t) ([]string, error) {
 	ps, err := cbridge.Slice("keys", p, uintptr(n))
@@ -202,11 +212,7 @@ func mcgo_lmcache_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 func mcgo_lmcache_exists(h C.uint64_t, k *C.char) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_lmcache_exists"
-	c, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	ks, err := key("key", k)
+	c, ks, err := lookupKey(h, k)
 	if err != nil {
 		return fail(fn, err)
 	}
@@ -348,11 +354,7 @@ func (b *batch) usable() ([]string, [][]byte) {
 func mcgo_lmcache_remove(h C.uint64_t, k *C.char) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_lmcache_remove"
-	c, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	ks, err := key("key", k)
+	c, ks, err := lookupKey(h, k)
 	if err != nil {
 		return fail(fn, err)
 	}
