@@ -103,7 +103,10 @@ test-sglang-mooncake: lib build wheel-site
 # LMCache 0.5.6's built-in mooncakestore:// connector: KV chunks stored by
 # LMCache's StorageManager in one process, read back in a fresh one, both
 # of its data paths (put_parts/batch_get_buffer and zero-copy), pool bytes
-# checked.
+# checked; and our remote-storage plugin mooncake_go.lmcache
+# (remote_storage_plugins: ["mooncake_go"]) in the same stack: both
+# construction routes, MOONCAKE_CONFIG_PATH, prefix lookups, a dead
+# master, plugin resolution beside LMCache's built-ins, config errors.
 test-lmcache-mooncake: lib build wheel-site
 	@rm -rf $(ENGINE_LOGS)/lmcache && mkdir -p $(ENGINE_LOGS)
 	venv=$$(integration-tests/engines/venv.sh lmcache) && \
@@ -147,6 +150,19 @@ test-trtllm: trtllm-wrapper
 		timeout 600 build/trtllm/$$g/trtllm-harness build/trtllm/$$g/libtensorrt_llm_mooncake_wrapper.so || exit 1; done
 bench-trtllm: trtllm-wrapper
 	for i in 1 2 3; do build/trtllm/g3/trtllm-harness build/trtllm/g3/libtensorrt_llm_mooncake_wrapper.so --bench | grep BENCH; done
+# LMCache benchmark (not part of make test): store/retrieve GB/s of
+# 256-token chunks of a 32-layer model (32 MiB each) through LMCache's
+# StorageManager with our plugin, LMCache's built-in redis:// on a local
+# redis-server (Debian's, installed when missing) and its built-in
+# mooncakestore:// on our drop-in mooncake.store, same run, ratios to
+# redis. BENCH_ARGS="--chunks 8 --rounds 3".
+.PHONY: bench-lmcache
+bench-lmcache: lib build wheel-site
+	@command -v redis-server >/dev/null || { echo "redis-server missing: installing Debian's redis-server" >&2; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >&2; }
+	venv=$$(integration-tests/engines/venv.sh lmcache) && \
+	MC_WHEEL_SITE=$(CURDIR)/$(WHEEL_SITE) MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
+		$$venv/bin/python integration-tests/engines/lmcache/bench.py $(BENCH_ARGS)
 
 # Real-vLLM benchmark (not part of make test): TTFT of 4,096-token prompts
 # with a pool hit vs. recomputed on a 16-layer random Llama, and the

@@ -75,11 +75,12 @@ test-abi: lib venv
 .DEFAULT_GOAL := $(or $(abi_saved_default_goal),$(if $(filter-out abi.mk,$(notdir $(MAKEFILE_LIST))),,lib))
 
 # wheel: the mooncake-go Python distribution (mooncake_go + mooncake_go.vllm
-# + mooncake_go.sglang
+# + mooncake_go.sglang + mooncake_go.lmcache
 # with libmooncake.so and the `mooncake` binary inside, and the
 # upstream-compatible `mooncake` package with its console scripts) in
 # build/wheel/, then a smoke check: installed into a throwaway venv, the
-# connector module and mooncake.engine import, the bundled library loads,
+# connector modules and mooncake.engine import (mooncake_go.lmcache's
+# classes need LMCache: its engine tests import them from the wheel), the bundled library loads,
 # the upstream tool names run the bundled binary, and the guard .pth is in
 # site-packages.
 .PHONY: wheel
@@ -92,6 +93,6 @@ wheel: lib venv nixl-plugin trtllm-wrapper
 	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/libplugin_MOONCAKE_GO.so abi/python/mooncake_go/trtllm abi/python/mooncake_go/bin build/lib build/bdist.*
 	rm -rf mooncake_go.egg-info compat/python/mooncake_go.egg-info
 	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
-	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake_go.sglang, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; from mooncake_go.sglang import _abi; print('wheel ok:', mooncake_go.load()._name, 'sglang abi', hex(_abi._lib_handle().mc_sglang_abi_version()))"
+	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake_go.sglang, mooncake_go.lmcache, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; from mooncake_go.sglang import _abi; print('wheel ok:', mooncake_go.load()._name, 'sglang abi', hex(_abi._lib_handle().mc_sglang_abi_version()), mooncake_go.lmcache.__all__)"
 	cd build && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_master --version && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_http_metadata_server --help >/dev/null
 	test -f build/wheel-venv/lib/python*/site-packages/mooncake_go_guard.pth

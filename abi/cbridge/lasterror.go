@@ -64,6 +64,28 @@ func FailAs(fn string, err error, sentinels []Sentinel) int32 {
 	return Fail(fn, err)
 }
 
+// BatchDone ends a batch call of the C function fn that was carried out,
+// whatever each key's outcome (errs, one per key, nil = succeeded): it
+// returns OK, with an empty last error when every key succeeded, else
+// "fn: N of M keys failed; first: keys[i]: err" (store.h's convention for
+// batch calls, shared by the adapters' batch calls).
+func BatchDone(fn string, errs []error) int32 {
+	failed, first := 0, -1
+	for i, err := range errs {
+		if err != nil {
+			failed++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if failed == 0 {
+		return Succeed()
+	}
+	SetError(fmt.Sprintf("%s: %d of %d keys failed; first: keys[%d]: %v", fn, failed, len(errs), first, errs[first]))
+	return int32(OK)
+}
+
 // Done ends a call of the C function fn with err's status: OK (and an empty
 // last error) for nil, as Fail otherwise.
 func Done(fn string, err error) int32 {

@@ -105,25 +105,8 @@ func beginKey(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int) (*storeCl
 	return s, k, nil
 }
 
-// batchDone ends a batch call that was carried out: MC_OK, with
-// mc_last_error "" when every key succeeded, else the number of failed keys
-// and the first failure.
-func batchDone(fn string, errs []error) int32 {
-	failed, first := 0, -1
-	for i, err := range errs {
-		if err != nil {
-			failed++
-			if first < 0 {
-				first = i
-			}
-		}
-	}
-	if failed == 0 {
-		return cbridge.Succeed()
-	}
-	cbridge.SetError(fmt.Sprintf("%s: %d of %d keys failed; first: keys[%d]: %v", fn, failed, len(errs), first, errs[first]))
-	return int32(cbridge.OK)
-}
+// batchDone ends a batch call that was carried out (cbridge.BatchDone).
+func batchDone(fn string, errs []error) int32 { return cbridge.BatchDone(fn, errs) }
 
 // code is err's status code as an int32 (0 for nil).
 func code(err error) int32 { return int32(cbridge.CodeOf(err)) }

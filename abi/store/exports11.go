@@ -6,7 +6,7 @@ package store
 #include "mooncake/store.h"
 
 uintptr_t mcgo_store_buf_alloc(mc_buf_t* b, size_t n);
-uintptr_t mcgo_store_call_alloc(mc_store_alloc_fn f, void* ctx, size_t i, size_t n);
+uintptr_t mcgo_store_call_alloc(mc_store_alloc_fn f, uintptr_t ctx, size_t i, size_t n);
 */
 import "C"
 
@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"math"
 	"syscall"
-	"unsafe"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
 	mcstore "github.com/mooncake-go/mooncake/core/store"
@@ -330,7 +329,7 @@ func mcgo_store_batch_get(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.si
 }
 
 //export mcgo_store_batch_get_alloc
-func mcgo_store_batch_get_alloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, alloc C.mc_store_alloc_fn, ctx unsafe.Pointer, out *C.int64_t) (rc int32) {
+func mcgo_store_batch_get_alloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, alloc C.mc_store_alloc_fn, ctx C.uintptr_t, out *C.int64_t) (rc int32) {
 	defer cbridge.Recover(&rc)
 	const fn = "mc_store_batch_get_alloc"
 	if alloc == nil {

@@ -188,7 +188,7 @@ int mc_store_batch_get(mc_store_t* store, const char* const* keys, const size_t*
 
 int mc_store_batch_get_alloc(mc_store_t* store, const char* const* keys, const size_t* key_lens, size_t n,
                              mc_store_alloc_fn alloc, void* ctx, int64_t* out_results) {
-  return mcgo_store_batch_get_alloc(handle_of(store), (char**)keys, (size_t*)key_lens, n, alloc, ctx, out_results);
+  return mcgo_store_batch_get_alloc(handle_of(store), (char**)keys, (size_t*)key_lens, n, alloc, (uintptr_t)ctx, out_results);
 }
 
 int mc_store_batch_get_ranges(mc_store_t* store, const char* const* keys, const size_t* key_lens,
@@ -229,6 +229,6 @@ uintptr_t mcgo_store_buf_alloc(mc_buf_t* b, size_t n) {
 
 /* Internal: calls the caller's mc_store_alloc_fn (cgo cannot call a C
  * function pointer itself). */
-uintptr_t mcgo_store_call_alloc(mc_store_alloc_fn f, void* ctx, size_t i, size_t n) {
-  return (uintptr_t)f(ctx, i, n);
+uintptr_t mcgo_store_call_alloc(mc_store_alloc_fn f, uintptr_t ctx, size_t i, size_t n) {
+  return (uintptr_t)f((void*)ctx, i, n);
 }

@@ -35,13 +35,13 @@ ENGINES = REPO / "integration-tests" / "engines"
 # mooncake_go.<engine>, and the upstream-compatible top-level `mooncake`
 # (mooncake.store, mooncake.engine), exactly what `pip install` gives a
 # user. Without it (a developer running one test by hand), the source
-# folders: abi/python, <engine>/python (vllm, sglang) and compat/python.
+# folders: abi/python, <engine>/python (vllm, sglang, lmcache) and compat/python.
 WHEEL_SITE = os.environ.get("MC_WHEEL_SITE")
 if WHEEL_SITE:
     PYTHON_DIRS = [pathlib.Path(WHEEL_SITE)]
     COMPAT_PYTHON = pathlib.Path(WHEEL_SITE)
 else:
-    PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python", REPO / "sglang" / "python"]
+    PYTHON_DIRS = [REPO / "abi" / "python", REPO / "vllm" / "python", REPO / "sglang" / "python", REPO / "lmcache" / "python"]
     # child_env(compat=True) puts it first on PYTHONPATH.
     COMPAT_PYTHON = REPO / "compat" / "python"
 

@@ -24,8 +24,7 @@ static_assert(MC_VLLM_ABI_VERSION_MAJOR == 1, "vllm.h is implemented (1.x)");
 static_assert(MC_NIXL_ABI_VERSION_MAJOR == 1, "nixl.h is implemented (1.x)");
 static_assert(MC_SGLANG_ABI_VERSION_MAJOR == 1, "sglang.h is implemented (1.x)");
 static_assert(MC_TRTLLM_ABI_VERSION_MAJOR == 1, "trtllm.h is implemented (1.x)");
-static_assert(MC_LMCACHE_ABI_VERSION_MAJOR == 0,
-              "draft headers are version 0.x");
+static_assert(MC_LMCACHE_ABI_VERSION_MAJOR == 1, "lmcache.h is implemented (1.x)");
 
 int main() {
   mc_buf_t b = {nullptr, 0};
@@ -34,6 +33,7 @@ int main() {
   return mc_te_abi_version() == MC_TE_ABI_VERSION && mc_store_abi_version() == MC_STORE_ABI_VERSION &&
                  mc_vllm_abi_version() == MC_VLLM_ABI_VERSION && mc_nixl_abi_version() == MC_NIXL_ABI_VERSION &&
                  mc_sglang_abi_version() == MC_SGLANG_ABI_VERSION && mc_trtllm_abi_version() == MC_TRTLLM_ABI_VERSION &&
+                 mc_lmcache_abi_version() == MC_LMCACHE_ABI_VERSION &&
                  mc_abi_version() == MC_ABI_VERSION
              ? 0
              : 1;

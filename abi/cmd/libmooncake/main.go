@@ -12,13 +12,14 @@
 package main
 
 import (
-	_ "github.com/mooncake-go/mooncake/abi/cbridge" // mc_last_error, mc_abi_version, mc_buf_free
-	_ "github.com/mooncake-go/mooncake/abi/engine"  // mc_te_*
-	_ "github.com/mooncake-go/mooncake/abi/store"   // mc_store_*
-	_ "github.com/mooncake-go/mooncake/nixl/capi"   // mc_nixl_*
-	_ "github.com/mooncake-go/mooncake/sglang/capi" // mc_sglang_*
-	_ "github.com/mooncake-go/mooncake/trtllm/capi" // mc_trtllm_*
-	_ "github.com/mooncake-go/mooncake/vllm/capi"   // mc_vllm_*
+	_ "github.com/mooncake-go/mooncake/abi/cbridge"  // mc_last_error, mc_abi_version, mc_buf_free
+	_ "github.com/mooncake-go/mooncake/abi/engine"   // mc_te_*
+	_ "github.com/mooncake-go/mooncake/abi/store"    // mc_store_*
+	_ "github.com/mooncake-go/mooncake/lmcache/capi" // mc_lmcache_*
+	_ "github.com/mooncake-go/mooncake/nixl/capi"    // mc_nixl_*
+	_ "github.com/mooncake-go/mooncake/sglang/capi"  // mc_sglang_*
+	_ "github.com/mooncake-go/mooncake/trtllm/capi"  // mc_trtllm_*
+	_ "github.com/mooncake-go/mooncake/vllm/capi"    // mc_vllm_*
 )
 
 func main() {}
