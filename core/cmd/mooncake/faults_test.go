@@ -249,6 +249,10 @@ func TestNodeLogsMasterLossAndRemount(t *testing.T) {
 	require.NoError(t, m2.cmd.Process.Kill())
 	<-m2.done
 	_ = m2.cmd.Wait()
+	// Once the node has noticed this outage too, its client knows the old
+	// connection is dead and the unmount dials anew (refused), rather than
+	// racing the dead connection's EOF.
+	n.waitFor(t, ", 16777216 bytes\nmooncake node: lost the master: ", 30*time.Second)
 	require.NoError(t, n.cmd.Process.Signal(syscall.SIGINT))
 	<-n.done
 	err := n.cmd.Wait()
