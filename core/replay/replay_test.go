@@ -391,7 +391,7 @@ func TestRunRouted(t *testing.T) {
 				insts = append(insts, replay.Instance{Client: c2})
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a bound on hangs, generous for -race on a loaded 2-core machine
 		defer cancel()
 		rep, err := replay.RunRouted(ctx, insts, reqs, replay.RouteConfig{
 			Config:  replay.Config{BytesPerToken: bytesPerToken, CapacityTokens: capacity},
