@@ -121,6 +121,35 @@ type PayloadInfo struct {
 	// Holders is the number of stores (origin included) holding at least
 	// one shard now.
 	Holders int
+	// Labels are the buffers' labels given to Register (WithLabels), or
+	// nil. The CLI stores file names here.
+	Labels []string
+}
+
+// Option is an optional argument of Register or GetReplica.
+type Option func(*opts)
+
+type opts struct {
+	labels   []string
+	progress func(done, total uint64)
+}
+
+// WithLabels gives Register one label per buffer (e.g. a file name),
+// returned by List in PayloadInfo.Labels; Register fails with
+// ErrInvalidArgument when the count differs from the buffers'.
+func WithLabels(labels ...string) Option { return func(o *opts) { o.labels = labels } }
+
+// WithProgress makes GetReplica call f after each shard landed and was
+// verified, with the bytes done so far and the object's total; f runs on
+// a fetching goroutine, calls are serialized.
+func WithProgress(f func(done, total uint64)) Option { return func(o *opts) { o.progress = f } }
+
+func collect(os []Option) opts {
+	var o opts
+	for _, f := range os {
+		f(&o)
+	}
+	return o
 }
 
 // Stats are a Store's GetReplica counters since New.
@@ -140,6 +169,7 @@ type objectMeta struct {
 	MaxShardSize uint64      `json:"max_shard_size"`
 	SizeList     []uint64    `json:"size_list"`
 	Shards       []shardMeta `json:"shards"`
+	Labels       []string    `json:"labels,omitempty"`
 }
 
 // shardMeta is one shard: Length bytes at Offset of buffer Buf.
@@ -311,9 +341,13 @@ func (s *Store) holderDir(gen string, shard int) string {
 // (this store holds name), ErrExists (another object of that name is in
 // etcd; upstream's Register without forceCreate), the engine's or etcd's
 // error; on error nothing stays registered.
-func (s *Store) Register(ctx context.Context, name string, bufs [][]byte, maxShardSize uint64, location string) (err error) {
+func (s *Store) Register(ctx context.Context, name string, bufs [][]byte, maxShardSize uint64, location string, options ...Option) (err error) {
 	if err := s.checkArgs(name, bufs); err != nil {
 		return err
+	}
+	o := collect(options)
+	if o.labels != nil && len(o.labels) != len(bufs) {
+		return fmt.Errorf("%w: %q: %d labels for %d buffers", ErrInvalidArgument, name, len(o.labels), len(bufs))
 	}
 	if maxShardSize == 0 {
 		maxShardSize = DefaultMaxShardSize
@@ -321,7 +355,7 @@ func (s *Store) Register(ctx context.Context, name string, bufs [][]byte, maxSha
 	if location == "" {
 		location = "cpu:0"
 	}
-	m := objectMeta{Name: name, Gen: randHex(8), Origin: s.cfg.Name, MaxShardSize: maxShardSize}
+	m := objectMeta{Name: name, Gen: randHex(8), Origin: s.cfg.Name, MaxShardSize: maxShardSize, Labels: o.labels}
 	for i, b := range bufs {
 		m.SizeList = append(m.SizeList, uint64(len(b)))
 		m.Size += uint64(len(b))
@@ -444,13 +478,13 @@ func (s *Store) List(ctx context.Context, namePrefix string) ([]PayloadInfo, err
 			}
 		}
 		out = append(out, PayloadInfo{Name: m.Name, MaxShardSize: m.MaxShardSize, TotalSize: m.Size,
-			SizeList: m.SizeList, Shards: len(m.Shards), Origin: m.Origin, Holders: len(segs)})
+			SizeList: m.SizeList, Shards: len(m.Shards), Origin: m.Origin, Holders: len(segs), Labels: m.Labels})
 	}
 	slices.SortFunc(out, func(a, b PayloadInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
-// Info returns the object name's description (List of one name). Errors:
+// Info returns the description of the object called name (List of one name). Errors:
 // ErrNotFound, ErrClosed, etcd's error.
 func (s *Store) Info(ctx context.Context, name string) (PayloadInfo, error) {
 	l, err := s.List(ctx, name)
@@ -474,10 +508,11 @@ func (s *Store) Info(ctx context.Context, name string) (PayloadInfo, error) {
 // ErrClosed, ErrOpened, ErrNotFound, ErrSizeMismatch, ErrNoHolder (naming
 // the shard), ctx's error, etcd's error; on error nothing of the object is
 // announced or registered any more.
-func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte) (err error) {
+func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, options ...Option) (err error) {
 	if err := s.checkArgs(name, bufs); err != nil {
 		return err
 	}
+	o := collect(options)
 	g, err := s.cli.Get(ctx, s.objKey(name))
 	if err != nil {
 		return fmt.Errorf("p2p: get %q: etcd: %w", name, err)
@@ -530,6 +565,8 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte) (err
 		wg       sync.WaitGroup
 		errOnce  sync.Once
 		firstErr error
+		progMu   sync.Mutex
+		done     uint64
 	)
 	for range min(s.cfg.Concurrency, len(order)) {
 		wg.Add(1)
@@ -538,6 +575,13 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte) (err
 			for i := range work {
 				if err := s.fetchShard(fctx, m, bufs, i); err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
+					continue
+				}
+				if o.progress != nil {
+					progMu.Lock()
+					done += m.Shards[i].Length
+					o.progress(done, m.Size)
+					progMu.Unlock()
 				}
 			}
 		}()
