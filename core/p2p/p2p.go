@@ -41,6 +41,9 @@ const (
 	DefaultLeaseTTL = 10 * time.Second
 	// DefaultConcurrency is how many shards GetReplica fetches at once.
 	DefaultConcurrency = 8
+	// DefaultClaimWait is how long GetReplica waits for a shard another
+	// store is fetching from the origin before reading it itself.
+	DefaultClaimWait = 5 * time.Second
 	// DefaultHolderWait is how long GetReplica waits for a shard that has
 	// no usable holder before failing with ErrNoHolder.
 	DefaultHolderWait = 10 * time.Second
@@ -98,6 +101,10 @@ type Config struct {
 	// HolderWait bounds how long a shard without a usable holder is
 	// re-listed; default DefaultHolderWait.
 	HolderWait time.Duration
+	// ClaimWait bounds how long a shard another store claimed (is fetching
+	// from the origin) is left to it before this store reads it from any
+	// holder; default DefaultClaimWait.
+	ClaimWait time.Duration
 	// OriginOnly makes GetReplica read every shard from the object's
 	// origin (the registering store) and announce nothing: the naive
 	// baseline of the benchmark. Not for production.
@@ -261,6 +268,9 @@ func New(ctx context.Context, cfg Config) (_ *Store, err error) {
 	if cfg.HolderWait == 0 {
 		cfg.HolderWait = DefaultHolderWait
 	}
+	if cfg.ClaimWait == 0 {
+		cfg.ClaimWait = DefaultClaimWait
+	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = etcdmeta.DefaultDialTimeout
 	}
@@ -269,6 +279,8 @@ func New(ctx context.Context, cfg Config) (_ *Store, err error) {
 		return nil, fmt.Errorf("%w: lease TTL %v is under 1s", ErrInvalidArgument, cfg.LeaseTTL)
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("%w: concurrency %d is negative", ErrInvalidArgument, cfg.Concurrency)
+	case cfg.ClaimWait < 0:
+		return nil, fmt.Errorf("%w: claim wait %v is negative", ErrInvalidArgument, cfg.ClaimWait)
 	case cfg.HolderWait < 0:
 		return nil, fmt.Errorf("%w: holder wait %v is negative", ErrInvalidArgument, cfg.HolderWait)
 	}
@@ -550,17 +562,12 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 		}
 	}()
 
-	order := make([]int, len(m.Shards))
-	for i := range order {
-		order[i] = i
+	sch := &schedule{pending: make(map[int]bool, len(m.Shards)), since: map[int]time.Time{}}
+	for i := range m.Shards {
+		sch.pending[i] = true
 	}
-	s.randMu.Lock()
-	s.rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	s.randMu.Unlock()
-
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	work := make(chan int)
 	var (
 		wg       sync.WaitGroup
 		errOnce  sync.Once
@@ -568,14 +575,24 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 		progMu   sync.Mutex
 		done     uint64
 	)
-	for range min(s.cfg.Concurrency, len(order)) {
+	for range min(s.cfg.Concurrency, len(m.Shards)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range work {
-				if err := s.fetchShard(fctx, m, bufs, i); err != nil {
+			for {
+				i, claimed, err := s.pick(fctx, m, sch)
+				if err == nil && i < 0 {
+					return
+				}
+				if err == nil {
+					err = s.fetchShard(fctx, m, bufs, i)
+				}
+				if claimed {
+					_, _ = s.cli.Delete(context.WithoutCancel(fctx), s.claimKey(m.Gen, i))
+				}
+				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
-					continue
+					return
 				}
 				if o.progress != nil {
 					progMu.Lock()
@@ -586,15 +603,6 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 			}
 		}()
 	}
-feed:
-	for _, i := range order {
-		select {
-		case work <- i:
-		case <-fctx.Done():
-			break feed
-		}
-	}
-	close(work)
 	wg.Wait()
 	if firstErr == nil && fctx.Err() != nil {
 		firstErr = fmt.Errorf("p2p: get %q: %w", name, ctx.Err())
@@ -604,6 +612,140 @@ feed:
 	}
 	s.markReady(name)
 	return nil
+}
+
+// schedule is the shards of one GetReplica not yet taken by a worker.
+type schedule struct {
+	mu      sync.Mutex
+	pending map[int]bool      // shard index -> not yet taken
+	since   map[int]time.Time // when a pending shard was first seen claimed by another store
+}
+
+func (s *Store) claimKey(gen string, i int) string {
+	return s.cfg.Prefix + "claims/" + gen + "/" + strconv.Itoa(i)
+}
+
+// pick takes the next shard for a worker and returns its index, or -1
+// when none is left. The policy keeps the origin's outbound traffic near
+// one copy of the object: first a shard some peer already holds (random
+// among those); else a shard nobody is fetching from the origin, claimed
+// in etcd (claimed true: the caller deletes the claim when done); else
+// it waits for the claimed shards to land at their claimants, up to
+// Config.ClaimWait per shard, then takes one anyway. With
+// Config.OriginOnly it takes pending shards in random order.
+func (s *Store) pick(ctx context.Context, m objectMeta, sch *schedule) (int, bool, error) {
+	backoff := 2 * time.Millisecond
+	for {
+		sch.mu.Lock()
+		n := len(sch.pending)
+		sch.mu.Unlock()
+		if n == 0 {
+			return -1, false, nil
+		}
+		var peerHeld, claimed map[int]bool
+		if !s.cfg.OriginOnly {
+			var err error
+			if peerHeld, err = s.shardSet(ctx, s.cfg.Prefix+"holders/"+m.Gen+"/", func(seg string) bool { return seg != m.Origin && seg != s.cfg.Name }); err != nil {
+				return 0, false, fmt.Errorf("p2p: get %q: etcd: %w", m.Name, err)
+			}
+			if claimed, err = s.shardSet(ctx, s.cfg.Prefix+"claims/"+m.Gen+"/", nil); err != nil {
+				return 0, false, fmt.Errorf("p2p: get %q: etcd: %w", m.Name, err)
+			}
+		}
+		sch.mu.Lock()
+		var held, free, overdue []int
+		now := time.Now()
+		for i := range sch.pending {
+			switch {
+			case peerHeld[i]:
+				held = append(held, i)
+				delete(sch.since, i)
+			case !claimed[i]:
+				free = append(free, i)
+				delete(sch.since, i)
+			default:
+				t, ok := sch.since[i]
+				if !ok {
+					sch.since[i] = now
+				} else if now.Sub(t) >= s.cfg.ClaimWait {
+					overdue = append(overdue, i)
+				}
+			}
+		}
+		take := func(l []int) int {
+			s.randMu.Lock()
+			i := l[s.rnd.IntN(len(l))]
+			s.randMu.Unlock()
+			delete(sch.pending, i)
+			return i
+		}
+		if len(held) > 0 {
+			i := take(held)
+			sch.mu.Unlock()
+			return i, false, nil
+		}
+		if len(overdue) > 0 {
+			i := take(overdue)
+			sch.mu.Unlock()
+			return i, false, nil
+		}
+		if s.cfg.OriginOnly && len(free) > 0 {
+			i := take(free)
+			sch.mu.Unlock()
+			return i, false, nil
+		}
+		sch.mu.Unlock()
+		s.randMu.Lock()
+		s.rnd.Shuffle(len(free), func(a, b int) { free[a], free[b] = free[b], free[a] })
+		s.randMu.Unlock()
+		for _, i := range free {
+			key := s.claimKey(m.Gen, i)
+			tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, s.cfg.Name, clientv3.WithLease(s.lease))).Commit()
+			if err != nil {
+				return 0, false, fmt.Errorf("p2p: get %q: claim shard %d: etcd: %w", m.Name, i, err)
+			}
+			if !tr.Succeeded {
+				continue
+			}
+			sch.mu.Lock()
+			ok := sch.pending[i]
+			delete(sch.pending, i)
+			sch.mu.Unlock()
+			if ok {
+				return i, true, nil
+			}
+			_, _ = s.cli.Delete(ctx, key) // another worker of ours took it meanwhile
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, false, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 50*time.Millisecond)
+	}
+}
+
+// shardSet returns the shard indexes under dir (keys dir<shard>[/<segment>])
+// whose segment passes keep (nil: every key).
+func (s *Store) shardSet(ctx context.Context, dir string, keep func(seg string) bool) (map[int]bool, error) {
+	r, err := s.cli.Get(ctx, dir, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]bool{}
+	for _, kv := range r.Kvs {
+		rest := string(kv.Key[len(dir):])
+		idx, seg, _ := strings.Cut(rest, "/")
+		i, err := strconv.Atoi(idx)
+		if err != nil || (keep != nil && !keep(seg)) {
+			continue
+		}
+		out[i] = true
+	}
+	return out, nil
 }
 
 // fetchShard reads shard i into its place in bufs from a holder, verifies

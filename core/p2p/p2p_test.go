@@ -83,13 +83,15 @@ func TestSeedAndConcurrentGetters(t *testing.T) {
 	ctx := ctxT(t)
 	seed := newStore(t, ep, "seed", nil)
 	src := buffers(t, 1, sizes...)
+	// No claim expires during the test: each shard leaves the seed once.
+	long := func(c *Config) { c.ClaimWait = bound }
 	require.NoError(t, seed.Register(ctx, "ckpt/step-1", src, shard, "cpu:0"))
 
 	const n = 4
 	gets := make([]*Store, n)
 	dsts := make([][][]byte, n)
 	for i := range gets {
-		gets[i] = newStore(t, ep, fmt.Sprintf("getter-%d", i), nil)
+		gets[i] = newStore(t, ep, fmt.Sprintf("getter-%d", i), long)
 		dsts[i] = buffers(t, 0, sizes...)
 	}
 	var wg sync.WaitGroup
@@ -113,7 +115,7 @@ func TestSeedAndConcurrentGetters(t *testing.T) {
 		total += st.BytesFetched
 	}
 	assert.Equal(t, uint64(n*(sizes[0]+sizes[1])), total)
-	t.Logf("bytes from origin %d of %d fetched", fromOrigin, total)
+	assert.Equal(t, uint64(sizes[0]+sizes[1]), fromOrigin, "the seed sent each shard once")
 
 	info, err := seed.Info(ctx, "ckpt/step-1")
 	require.NoError(t, err)
@@ -155,11 +157,21 @@ func TestSeedUnregisterLaterGettersFromPeers(t *testing.T) {
 	ctx := ctxT(t)
 	seed := newStore(t, ep, "seed", nil)
 	src := buffers(t, 2, sizes...)
-	require.NoError(t, seed.Register(ctx, "obj", src, shard, "cpu:0"))
+	require.NoError(t, seed.Register(ctx, "obj", src, shard, "cpu:0", WithLabels("weights", "config")))
+	require.ErrorIs(t, seed.Register(ctx, "obj2", src, shard, "", WithLabels("one")), ErrInvalidArgument)
 	g1 := newStore(t, ep, "g1", nil)
 	d1 := buffers(t, 0, sizes...)
-	require.NoError(t, g1.GetReplica(ctx, "obj", d1))
+	var calls int
+	var last uint64
+	require.NoError(t, g1.GetReplica(ctx, "obj", d1, WithProgress(func(done, total uint64) {
+		calls++
+		assert.Greater(t, done, last)
+		last = done
+		assert.Equal(t, uint64(sizes[0]+sizes[1]), total)
+	})))
 	requireSame(t, src, d1)
+	assert.Equal(t, 15, calls)
+	assert.Equal(t, uint64(sizes[0]+sizes[1]), last)
 	require.NoError(t, seed.Unregister(ctx, "obj"))
 	for i := range src[0] { // the seed's memory is the caller's again
 		src[0][i] = 0
@@ -169,6 +181,7 @@ func TestSeedUnregisterLaterGettersFromPeers(t *testing.T) {
 	info, err := g1.Info(ctx, "obj")
 	require.NoError(t, err)
 	assert.Equal(t, 1, info.Holders)
+	assert.Equal(t, []string{"weights", "config"}, info.Labels)
 
 	for i := range 2 {
 		g := newStore(t, ep, fmt.Sprintf("late-%d", i), nil)

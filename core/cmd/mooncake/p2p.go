@@ -23,6 +23,7 @@ import (
 // p2pFlags are the flags every p2p subcommand shares.
 type p2pFlags struct {
 	etcd, prefix, bind, segment string
+	dialTimeout                 time.Duration
 }
 
 func (f *p2pFlags) add(c *cobra.Command) {
@@ -30,6 +31,7 @@ func (f *p2pFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.prefix, "prefix", p2p.DefaultPrefix, "etcd key prefix of the P2P store")
 	c.Flags().StringVar(&f.bind, "bind", "127.0.0.1", "host the data plane listens on and publishes to peers")
 	c.Flags().StringVar(&f.segment, "segment", "", "this node's segment name (default p2p-<hostname>-<random>)")
+	c.Flags().DurationVar(&f.dialTimeout, "etcd-timeout", etcdmeta.DefaultDialTimeout, "how long to wait for etcd to answer at start")
 }
 
 // open connects to the store; cmd names the command in errors.
@@ -43,7 +45,10 @@ func (f *p2pFlags) open(ctx context.Context, cmd string, mod func(*p2p.Config)) 
 			eps = append(eps, e)
 		}
 	}
-	cfg := p2p.Config{Etcd: eps, Prefix: f.prefix, BindHost: f.bind, Name: f.segment}
+	if f.dialTimeout <= 0 {
+		return nil, usageOf(cmd, "--etcd-timeout %v: want > 0", f.dialTimeout)
+	}
+	cfg := p2p.Config{Etcd: eps, Prefix: f.prefix, BindHost: f.bind, Name: f.segment, DialTimeout: f.dialTimeout}
 	if mod != nil {
 		mod(&cfg)
 	}

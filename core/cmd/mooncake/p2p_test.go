@@ -90,7 +90,7 @@ func TestP2PErrors(t *testing.T) {
 		msg  string
 	}{
 		{[]string{"p2p", "get", "--name", "nope", "--out", t.TempDir(), "--etcd", ep}, 1, `unknown object "nope"`},
-		{[]string{"p2p", "list", "--etcd", "127.0.0.1:1"}, 1, "cannot reach etcd at 127.0.0.1:1"},
+		{[]string{"p2p", "list", "--etcd", "127.0.0.1:1", "--etcd-timeout", "300ms"}, 1, "cannot reach etcd at 127.0.0.1:1"},
 		{[]string{"p2p", "get", "--name", "x", "--out", t.TempDir()}, 2, "--etcd is required"},
 		{[]string{"p2p", "get", "--out", t.TempDir(), "--etcd", ep}, 2, "--name is required"},
 		{[]string{"p2p", "seed", "--name", "x", "--etcd", ep}, 2, "requires at least 1 arg"},
