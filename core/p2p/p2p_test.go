@@ -322,3 +322,30 @@ func TestNewP2PStore(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, l)
 }
+
+// A store that stops renewing its lease (a crashed process) vanishes from
+// the holder lists within the TTL, without any call of its own.
+func TestLeaseExpiryDropsDeadHolder(t *testing.T) {
+	ep := etcdtest.Start(t)
+	ctx := ctxT(t)
+	seed := newStore(t, ep, "seed", func(c *Config) { c.LeaseTTL = time.Second })
+	require.NoError(t, seed.Register(ctx, "obj", buffers(t, 8, 1000), shard, ""))
+	watcher := newStore(t, ep, "watcher", nil)
+	info, err := watcher.Info(ctx, "obj")
+	require.NoError(t, err)
+	require.Equal(t, 1, info.Holders)
+
+	seed.cancel() // stop the keepalive; the lease is not revoked
+	<-seed.kaDone
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err = watcher.Info(ctx, "obj")
+		require.NoError(t, err)
+		if info.Holders == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the dead seed is still listed as holder after 30 s")
+		time.Sleep(50 * time.Millisecond) // polling etcd with a deadline
+	}
+	assert.Equal(t, "seed", info.Origin, "the object outlives its holders")
+}
