@@ -49,6 +49,9 @@ const (
 	DefaultHolderWait = 10 * time.Second
 )
 
+// cleanupTimeout bounds the etcd calls that undo a failed operation.
+const cleanupTimeout = 5 * time.Second
+
 // txnOps bounds the operations of one etcd transaction (etcd's default
 // --max-txn-ops is 128).
 const txnOps = 64
@@ -406,7 +409,9 @@ func (s *Store) Register(ctx context.Context, name string, bufs [][]byte, maxSha
 		all[i] = i
 	}
 	if err := s.announce(ctx, m, bufs, all); err != nil {
-		_, _ = s.cli.Delete(context.WithoutCancel(ctx), key)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		_, _ = s.cli.Delete(cctx, key)
+		cancel()
 		return fmt.Errorf("p2p: register %q: %w", name, err)
 	}
 	s.markReady(name)
@@ -556,8 +561,10 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 		return fmt.Errorf("p2p: get %q: %w", name, err)
 	}
 	defer func() {
-		if err != nil {
-			_ = s.unannounce(context.WithoutCancel(ctx), m)
+		if err != nil && !s.closed.Load() { // Close already withdrew everything
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			_ = s.unannounce(cctx, m)
+			cancel()
 			s.unregisterBufs(bufs)
 		}
 	}()
@@ -587,8 +594,10 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 				if err == nil {
 					err = s.fetchShard(fctx, m, bufs, i)
 				}
-				if claimed {
-					_, _ = s.cli.Delete(context.WithoutCancel(fctx), s.claimKey(m.Gen, i))
+				if claimed && !s.closed.Load() {
+					cctx, ccancel := context.WithTimeout(context.WithoutCancel(fctx), cleanupTimeout)
+					_, _ = s.cli.Delete(cctx, s.claimKey(m.Gen, i))
+					ccancel()
 				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; cancel() })
@@ -606,6 +615,9 @@ func (s *Store) GetReplica(ctx context.Context, name string, bufs [][]byte, opti
 	wg.Wait()
 	if firstErr == nil && fctx.Err() != nil {
 		firstErr = fmt.Errorf("p2p: get %q: %w", name, ctx.Err())
+	}
+	if firstErr != nil && s.closed.Load() {
+		return fmt.Errorf("%w: get %q interrupted: %v", ErrClosed, name, firstErr)
 	}
 	if firstErr != nil {
 		return firstErr
@@ -636,6 +648,9 @@ func (s *Store) claimKey(gen string, i int) string {
 func (s *Store) pick(ctx context.Context, m objectMeta, sch *schedule) (int, bool, error) {
 	backoff := 2 * time.Millisecond
 	for {
+		if s.closed.Load() {
+			return 0, false, ErrClosed
+		}
 		sch.mu.Lock()
 		n := len(sch.pending)
 		sch.mu.Unlock()
@@ -758,6 +773,9 @@ func (s *Store) fetchShard(ctx context.Context, m objectMeta, bufs [][]byte, i i
 	backoff := 5 * time.Millisecond
 	var lastErr error
 	for {
+		if s.closed.Load() {
+			return ErrClosed
+		}
 		hs, err := s.holders(ctx, m.Gen, i)
 		if err != nil {
 			return fmt.Errorf("p2p: get %q shard %d: etcd: %w", m.Name, i, err)
@@ -825,6 +843,9 @@ func (s *Store) fetchShard(ctx context.Context, m objectMeta, bufs [][]byte, i i
 		}
 		if s.cfg.OriginOnly {
 			return nil
+		}
+		if s.closed.Load() {
+			return ErrClosed
 		}
 		if err := s.announce(ctx, m, bufs, []int{i}); err != nil {
 			return fmt.Errorf("p2p: get %q shard %d: %w", m.Name, i, err)

@@ -349,3 +349,37 @@ func TestLeaseExpiryDropsDeadHolder(t *testing.T) {
 	}
 	assert.Equal(t, "seed", info.Origin, "the object outlives its holders")
 }
+
+// A getter dies in the middle of its own fetch (after it already served
+// some shards to others); the other getter completes, bytes intact.
+func TestGetterKilledMidFetchOthersContinue(t *testing.T) {
+	ep := etcdtest.Start(t)
+	ctx := ctxT(t)
+	seed := newStore(t, ep, "seed", nil)
+	src := buffers(t, 9, sizes...)
+	require.NoError(t, seed.Register(ctx, "obj", src, shard, ""))
+	a := newStore(t, ep, "a", func(c *Config) { c.Concurrency = 1 })
+	b := newStore(t, ep, "b", func(c *Config) { c.Concurrency = 2 })
+	var n atomic.Int32
+	a.testFetched = func(int, string) {
+		if n.Add(1) == 5 {
+			st := time.Now()
+			_ = a.Close()
+			t.Logf("close took %v", time.Since(st))
+		}
+	}
+	da, db := buffers(t, 0, sizes...), buffers(t, 0, sizes...)
+	errA := make(chan error, 1)
+	go func() { errA <- a.GetReplica(ctx, "obj", da) }()
+	st := time.Now()
+	require.NoError(t, b.GetReplica(ctx, "obj", db))
+	t.Logf("b took %v, stats %+v", time.Since(st), b.Stats())
+	requireSame(t, src, db)
+	st = time.Now()
+	ea := <-errA
+	t.Logf("a returned after %v more: %v", time.Since(st), ea)
+	require.ErrorIs(t, ea, ErrClosed, "a was closed mid-fetch")
+	info, err := b.Info(ctx, "obj")
+	require.NoError(t, err)
+	assert.Equal(t, 2, info.Holders, "seed and b; a left with its lease")
+}
