@@ -423,7 +423,8 @@ func (s *Store) Register(ctx context.Context, name string, bufs [][]byte, maxSha
 // the engine (the memory is the caller's again), and the object's metadata
 // deleted if no other store holds any shard; otherwise later GetReplica
 // calls fetch from those peers. Errors: ErrNotOpened (not registered
-// here), ErrClosed, etcd's error.
+// here), ErrClosed, etcd's error (the object is then still served and
+// registered: call again).
 func (s *Store) Unregister(ctx context.Context, name string) error { return s.drop(ctx, name, true) }
 
 // DeleteReplica stops serving an object this store fetched with
@@ -444,12 +445,12 @@ func (s *Store) drop(ctx context.Context, name string, origin bool) error {
 	}
 	h.ready = false // reserved while we tear it down
 	s.mu.Unlock()
-	defer s.release(name)
 	if err := s.unannounce(ctx, h.meta); err != nil {
-		s.markReady(name)
+		s.markReady(name) // still (partly) announced: still ours, retry later
 		return fmt.Errorf("p2p: stop serving %q: %w", name, err)
 	}
 	s.unregisterBufs(h.bufs)
+	s.release(name)
 	// Delete the object when nobody holds any shard any more.
 	rest, err := s.cli.Get(ctx, s.cfg.Prefix+"holders/"+h.meta.Gen+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err == nil && rest.Count == 0 {
