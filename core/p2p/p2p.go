@@ -112,6 +112,11 @@ type Config struct {
 	// origin (the registering store) and announce nothing: the naive
 	// baseline of the benchmark. Not for production.
 	OriginOnly bool
+	// BeforeRead, if set, runs before each shard read from holder (n
+	// bytes); an error fails that read as a transfer error would. For
+	// benchmarks that emulate per-node link bandwidth (mooncake bench p2p
+	// --link-rate); nil in production.
+	BeforeRead func(ctx context.Context, holder string, n uint64) error
 	// DialTimeout bounds the etcd reachability check of New; default
 	// etcdmeta.DefaultDialTimeout.
 	DialTimeout time.Duration
@@ -819,7 +824,14 @@ func (s *Store) fetchShard(ctx context.Context, m objectMeta, bufs [][]byte, i i
 		s.randMu.Lock()
 		h := cand[s.rnd.IntN(len(cand))]
 		s.randMu.Unlock()
-		if err := s.readFrom(ctx, h, dst); err != nil {
+		err = nil
+		if s.cfg.BeforeRead != nil {
+			err = s.cfg.BeforeRead(ctx, h.Segment, sh.Length)
+		}
+		if err == nil {
+			err = s.readFrom(ctx, h, dst)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

@@ -30,9 +30,39 @@ type p2pBenchRow struct {
 	SeedX float64 `json:"seed_x"`
 }
 
+// links emulates each node's outbound link at rate bytes/s: a read of n
+// bytes from a node waits for that node's link to be free, then holds it
+// for n/rate (the wait ends when the emulated send would end; the real
+// transfer follows).
+type links struct {
+	rate float64
+	mu   sync.Mutex
+	next map[string]time.Time // guarded by mu: when each node's link is free
+}
+
+func (l *links) wait(ctx context.Context, holder string, n uint64) error {
+	d := time.Duration(float64(n) / l.rate * float64(time.Second))
+	l.mu.Lock()
+	start := time.Now()
+	if t := l.next[holder]; t.After(start) {
+		start = t
+	}
+	end := start.Add(d)
+	l.next[holder] = end
+	l.mu.Unlock()
+	t := time.NewTimer(time.Until(end))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 func benchP2PCmd() *cobra.Command {
 	var f p2pFlags
-	var size, shardSize, getters string
+	var size, shardSize, getters, linkRate string
 	var concurrency int
 	var jsonOut bool
 	c := &cobra.Command{
@@ -60,6 +90,10 @@ func benchP2PCmd() *cobra.Command {
 			}
 			if concurrency <= 0 {
 				return usageOf("bench p2p", "--concurrency %d: want > 0", concurrency)
+			}
+			lr, err := geometry.ParseSize(linkRate)
+			if err != nil || lr < 0 {
+				return usageOf("bench p2p", "--link-rate %q: want a size per second such as 1GiB, or 0 for none", linkRate)
 			}
 			need := sz * int64(maxN+1)
 			if avail := availableMemory(); avail > 0 && need > avail*3/4 {
@@ -114,9 +148,15 @@ func benchP2PCmd() *cobra.Command {
 				return err
 			}
 			getterSets := map[string][]*p2p.Store{}
+			var before func(context.Context, string, uint64) error
+			if lr > 0 {
+				before = (&links{rate: float64(lr), next: map[string]time.Time{}}).wait
+			}
 			for _, mode := range []string{"p2p", "naive"} {
 				for range maxN {
-					g, err := open(func(c *p2p.Config) { c.Concurrency, c.OriginOnly = concurrency, mode == "naive" })
+					g, err := open(func(c *p2p.Config) {
+						c.Concurrency, c.OriginOnly, c.BeforeRead = concurrency, mode == "naive", before
+					})
 					if err != nil {
 						return err
 					}
@@ -174,9 +214,13 @@ func benchP2PCmd() *cobra.Command {
 				}
 			}
 			if jsonOut {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"size": sz, "shard_size": ss, "concurrency": concurrency, "rows": rows})
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"size": sz, "shard_size": ss, "concurrency": concurrency, "link_rate": lr, "rows": rows})
 			}
-			fmt.Printf("object %s, shards %s, %d shards at once per getter, tcp on %s\n", geometry.FormatSize(sz), geometry.FormatSize(ss), concurrency, f.bind)
+			link := "no link emulation"
+			if lr > 0 {
+				link = "each node's outbound link emulated at " + geometry.FormatSize(lr) + "/s"
+			}
+			fmt.Printf("object %s, shards %s, %d shards at once per getter, tcp on %s, %s\n", geometry.FormatSize(sz), geometry.FormatSize(ss), concurrency, f.bind, link)
 			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "N\tnaive s\tp2p s\tp2p/naive time\tnaive seed bytes\tp2p seed bytes\tp2p seed x object")
 			for i := 0; i+1 < len(rows); i += 2 {
@@ -192,6 +236,7 @@ func benchP2PCmd() *cobra.Command {
 	c.Flags().StringVar(&shardSize, "shard-size", "64MiB", "shard size")
 	c.Flags().StringVar(&getters, "getters", "1,2,4,8", "getter counts to run")
 	c.Flags().IntVar(&concurrency, "concurrency", p2p.DefaultConcurrency, "shards fetched at once per getter")
+	c.Flags().StringVar(&linkRate, "link-rate", "0", "emulate each node's outbound link at this many bytes per second (e.g. 1GiB; 0: none, loopback speed)")
 	c.Flags().BoolVar(&jsonOut, "json", false, "print one JSON object")
 	return c
 }
