@@ -32,10 +32,15 @@
 // the last store that explicitly stops serving the object (Unregister or
 // DeleteReplica leaving no holder key).
 //
-// GetReplica fetches shards in parallel (Config.Concurrency at once), in a
-// random order, each from a holder picked at random among the shard's
-// current holders, preferring peers that fetched it over the object's
-// origin (upstream tries replicas before the gold copy). A failed read or a
+// GetReplica fetches shards in parallel (Config.Concurrency at once). The
+// next shard is one some peer already holds (random among those), else one
+// that nobody is fetching from the origin, claimed under this store's
+// lease at <prefix>claims/<gen>/<shard>, else (every remaining shard is
+// being fetched by others) it waits for those to land, up to
+// Config.ClaimWait, so the origin sends each shard about once. A shard is
+// read from a holder picked at random among its current holders,
+// preferring peers over the object's origin (upstream tries replicas
+// before the gold copy). A failed read or a
 // checksum mismatch excludes that holder for that shard and the shard is
 // fetched from another; a shard with no usable holder is re-listed with
 // backoff until Config.HolderWait passes, then GetReplica fails with
