@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -104,4 +105,26 @@ func TestP2PErrors(t *testing.T) {
 			assert.Contains(t, oneLine(t, r.stderr), tc.msg)
 		})
 	}
+}
+
+// bench p2p on a small object: every row present, the P2P rounds' seed
+// sent the object once (claims do not expire in so short a run).
+func TestBenchP2PSmall(t *testing.T) {
+	ep := etcdtest.Start(t)
+	r := mooncake(t, 2*time.Minute, "bench", "p2p", "--etcd", ep, "--size", "256KiB", "--shard-size", "16KiB", "--getters", "1,3", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var rep struct {
+		Rows []p2pBenchRow `json:"rows"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+	require.Len(t, rep.Rows, 4)
+	for _, row := range rep.Rows {
+		if row.Mode == "naive" {
+			assert.InDelta(t, float64(row.Getters), row.SeedX, 1e-9, "%+v", row)
+		} else {
+			assert.InDelta(t, 1, row.SeedX, 1e-9, "%+v", row)
+		}
+	}
+	r = mooncake(t, time.Minute, "bench", "p2p", "--etcd", ep, "--getters", "0")
+	assert.Equal(t, 2, r.code)
 }
