@@ -270,6 +270,15 @@ clean:
 bench-master-mem:
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkMasterMemoryPerObject$$' -benchtime=1x ./core/store/master/
 
+# P2P Store (issue 20): one seed distributes a 1 GiB object to N = 1, 2,
+# 4, 8 getters (one process, tcp on 127.0.0.1, an embedded etcd), vs a
+# naive run where every getter reads from the seed; total time and the
+# seed's outbound bytes per N. BENCH_ARGS, e.g. "--size 256MiB".
+.PHONY: bench-p2p
+bench-p2p: build
+	$(GO) build -o bin/embedded-etcd ./integration-tests/cmd/embedded-etcd
+	./scripts/bench-p2p.sh $(BIN) bin/embedded-etcd $(BENCH_ARGS)
+
 # Transfer engine vs iperf3 (loopback, single stream) and memcpy, same run.
 bench-transfer: build
 	./scripts/bench-transfer.sh

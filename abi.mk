@@ -65,6 +65,7 @@ $(VENV)/.requirements-dev.stamp: requirements-dev.txt
 
 test-abi: lib venv
 	$(GO) build -o bin/mooncake ./core/cmd/mooncake
+	$(GO) build -o bin/embedded-etcd ./integration-tests/cmd/embedded-etcd
 	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) $(GO) test -count=1 ./abi/abitest
 	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) \
 		MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \

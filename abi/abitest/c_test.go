@@ -184,6 +184,7 @@ func TestHeaderCodes(t *testing.T) {
 		"MC_LMCACHE_ERR_": {-3299, -3200},
 		"MC_NIXL_ERR_":    {-3399, -3300},
 		"MC_TRTLLM_ERR_":  {-3499, -3400},
+		"MC_P2P_ERR_":     {-3599, -3500},
 	}
 	// Upstream store values that no TE code has (store.h, common.h).
 	upstreamStore := map[int64]bool{-10: true, -400: true, -500: true, -600: true, -601: true, -700: true,

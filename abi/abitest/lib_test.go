@@ -236,7 +236,7 @@ func open(path string) (*lib, error) {
 
 // headers are the headers of abi/include/mooncake; the tests read their
 // constants and their function declarations.
-var headers = []string{"common.h", "transfer_engine.h", "store.h", "vllm.h", "sglang.h", "lmcache.h", "nixl.h", "trtllm.h"}
+var headers = []string{"common.h", "transfer_engine.h", "store.h", "vllm.h", "sglang.h", "lmcache.h", "nixl.h", "trtllm.h", "p2p.h"}
 
 var defineRE = regexp.MustCompile(`^#define\s+(MC_\w+)\s+\(?(-?\d+)\)?\s*(/\*.*)?$`)
 

@@ -3,6 +3,7 @@
 #include "mooncake/common.h"
 #include "mooncake/lmcache.h"
 #include "mooncake/nixl.h"
+#include "mooncake/p2p.h"
 #include "mooncake/sglang.h"
 #include "mooncake/store.h"
 #include "mooncake/transfer_engine.h"

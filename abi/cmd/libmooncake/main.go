@@ -14,6 +14,7 @@ package main
 import (
 	_ "github.com/mooncake-go/mooncake/abi/cbridge"  // mc_last_error, mc_abi_version, mc_buf_free
 	_ "github.com/mooncake-go/mooncake/abi/engine"   // mc_te_*
+	_ "github.com/mooncake-go/mooncake/abi/p2p"      // mc_p2p_*
 	_ "github.com/mooncake-go/mooncake/abi/store"    // mc_store_*
 	_ "github.com/mooncake-go/mooncake/lmcache/capi" // mc_lmcache_*
 	_ "github.com/mooncake-go/mooncake/nixl/capi"    // mc_nixl_*

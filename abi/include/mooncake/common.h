@@ -90,7 +90,8 @@ extern "C" {
  *   mc_lmcache_ -3200 .. -3299
  *   mc_nixl_    -3300 .. -3399
  *   mc_trtllm_  -3400 .. -3499
- * Below -3499: unallocated.
+ *   mc_p2p_     -3500 .. -3599
+ * Below -3599: unallocated.
  */
 
 /*

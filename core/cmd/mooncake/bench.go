@@ -24,7 +24,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks: transfer engine, memcpy baseline, store"}
-	c.AddCommand(benchTransferCmd(), benchMemcpyCmd(), benchStoreCmd())
+	c.AddCommand(benchTransferCmd(), benchMemcpyCmd(), benchStoreCmd(), benchP2PCmd())
 	return c
 }
 

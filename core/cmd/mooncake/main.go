@@ -57,7 +57,7 @@ func main() {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{2, c.CommandPath() + ": " + err.Error()}
 	})
-	root.AddCommand(masterCmd(), nodeCmd(), metadataServerCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd(), installPluginCmd())
+	root.AddCommand(masterCmd(), nodeCmd(), metadataServerCmd(), replayCmd(), benchCmd(), infoCmd(), ctlCmd(), installPluginCmd(), p2pCmd())
 	root.Version = version()
 	// Upstream's flags use underscores (--metadata_server), some of ours
 	// dashes (--segment-size): either spelling works for every flag.
