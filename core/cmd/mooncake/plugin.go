@@ -31,7 +31,7 @@ func pluginSources() []string {
 }
 
 func installPluginCmd() *cobra.Command {
-	var dir, from string
+	var dir, fromDir string
 	c := &cobra.Command{
 		Use:   "install-plugin nixl --dir DIR",
 		Short: "Install an engine plugin: `nixl` copies NIXL's backend plugin libplugin_MOONCAKE_GO.so (backend name MOONCAKE_GO) and libmooncake.so into DIR",
@@ -48,18 +48,19 @@ a checkout's build/ after make nixl-plugin).`,
 			if args[0] != "nixl" {
 				return &exitError{2, fmt.Sprintf("mooncake install-plugin: unknown plugin %q (built: nixl)", args[0])}
 			}
+			from := "--dir"
 			if dir == "" {
-				dir = os.Getenv("NIXL_PLUGIN_DIR")
+				dir, from = os.Getenv("NIXL_PLUGIN_DIR"), "NIXL_PLUGIN_DIR"
 			}
 			if dir == "" {
 				return &exitError{2, "mooncake install-plugin nixl: no --dir and NIXL_PLUGIN_DIR is not set: name the folder NIXL loads plugins from"}
 			}
 			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-				return &exitError{2, fmt.Sprintf("mooncake install-plugin nixl: --dir %s is not a folder", dir)}
+				return &exitError{2, fmt.Sprintf("mooncake install-plugin nixl: %s %s is not a folder", from, dir)}
 			}
 			srcs := pluginSources()
-			if from != "" {
-				srcs = []string{from}
+			if fromDir != "" {
+				srcs = []string{fromDir}
 			}
 			src := ""
 			for _, s := range srcs {
@@ -70,6 +71,13 @@ a checkout's build/ after make nixl-plugin).`,
 			}
 			if src == "" {
 				return &exitError{2, fmt.Sprintf("mooncake install-plugin nixl: %s not found in %v (build it with make nixl-plugin, or pass --from)", nixlPluginFiles[0], srcs)}
+			}
+			// Both files or none: the plugin without the library beside it
+			// fails to load in NIXL with only an INFO line.
+			for _, f := range nixlPluginFiles[1:] {
+				if _, err := os.Stat(filepath.Join(src, f)); err != nil {
+					return &exitError{2, fmt.Sprintf("mooncake install-plugin nixl: %s has %s but not %s, which it loads from its own folder; nothing installed", src, nixlPluginFiles[0], f)}
+				}
 			}
 			for _, f := range nixlPluginFiles {
 				if err := copyFile(filepath.Join(src, f), filepath.Join(dir, f)); err != nil {
@@ -82,7 +90,7 @@ a checkout's build/ after make nixl-plugin).`,
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", "", "folder NIXL loads backend plugins from (default $NIXL_PLUGIN_DIR)")
-	c.Flags().StringVar(&from, "from", "", "folder holding libplugin_MOONCAKE_GO.so and libmooncake.so (default: beside this binary's package)")
+	c.Flags().StringVar(&fromDir, "from", "", "folder holding libplugin_MOONCAKE_GO.so and libmooncake.so (default: beside this binary's package)")
 	return c
 }
 

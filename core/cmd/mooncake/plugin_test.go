@@ -35,6 +35,8 @@ func TestInstallPluginNixl(t *testing.T) {
 	out, err = env.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 
+	half := t.TempDir() // the plugin without its library
+	require.NoError(t, os.WriteFile(filepath.Join(half, nixlPluginFiles[0]), []byte{1}, 0o755))
 	for _, c := range []struct {
 		args []string
 		want string
@@ -42,6 +44,7 @@ func TestInstallPluginNixl(t *testing.T) {
 		{[]string{"install-plugin", "ucx", "--dir", dir}, `unknown plugin "ucx"`},
 		{[]string{"install-plugin", "nixl", "--dir", filepath.Join(dir, "missing")}, "is not a folder"},
 		{[]string{"install-plugin", "nixl", "--dir", dir, "--from", t.TempDir()}, "libplugin_MOONCAKE_GO.so not found"},
+		{[]string{"install-plugin", "nixl", "--dir", dir, "--from", half}, "but not libmooncake.so"},
 	} {
 		cmd := exec.Command(bin, c.args...)
 		cmd.Env = append(os.Environ(), "NIXL_PLUGIN_DIR=")
@@ -51,4 +54,15 @@ func TestInstallPluginNixl(t *testing.T) {
 		assert.Equal(t, 2, ee.ExitCode(), "%v", c.args)
 		assert.Contains(t, string(out), c.want)
 	}
+	empty := t.TempDir()
+	cmd := exec.Command(bin, "install-plugin", "nixl", "--from", half)
+	cmd.Env = append(os.Environ(), "NIXL_PLUGIN_DIR="+empty)
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	entries, _ := os.ReadDir(empty)
+	assert.Empty(t, entries, "nothing installed: %s", out)
+	cmd = exec.Command(bin, "install-plugin", "nixl", "--from", from)
+	cmd.Env = append(os.Environ(), "NIXL_PLUGIN_DIR="+filepath.Join(empty, "missing"))
+	out, _ = cmd.CombinedOutput()
+	assert.Contains(t, string(out), "NIXL_PLUGIN_DIR "+filepath.Join(empty, "missing")+" is not a folder")
 }
