@@ -141,13 +141,14 @@ bench-nixl: wheel-site
 # TensorRT-LLM transfer agent (TensorRT-LLM itself cannot be installed
 # here): the C++ harness plays a context and a generation rank in two
 # processes through TensorRT-LLM's call sequence against each built
-# generation of libtensorrt_llm_mooncake_wrapper.so, every byte and every
+# generation of libtensorrt_llm_mooncake_wrapper.so as the wheel ships it
+# (with the wheel's libmooncake.so beside it), every byte and every
 # sync message checked, bad input refused. bench-trtllm: its WRITE
 # throughput at 64 KiB and 1 MiB vs our raw transfer engine, same run.
 .PHONY: test-trtllm bench-trtllm
-test-trtllm: trtllm-wrapper
-	for g in g2b g3; do echo "== TensorRT-LLM interface $$g"; \
-		timeout 600 build/trtllm/$$g/trtllm-harness build/trtllm/$$g/libtensorrt_llm_mooncake_wrapper.so || exit 1; done
+test-trtllm: trtllm-wrapper wheel-site
+	for g in g2b g3; do echo "== TensorRT-LLM interface $$g (the wheel's wrapper)"; \
+		timeout 600 build/trtllm/$$g/trtllm-harness $(CURDIR)/$(WHEEL_SITE)/mooncake_go/trtllm/$$g/libtensorrt_llm_mooncake_wrapper.so || exit 1; done
 bench-trtllm: trtllm-wrapper
 	for i in 1 2 3; do build/trtllm/g3/trtllm-harness build/trtllm/g3/libtensorrt_llm_mooncake_wrapper.so --bench | grep BENCH; done
 # LMCache benchmark (not part of make test): store/retrieve GB/s of

@@ -94,6 +94,6 @@ wheel: lib venv nixl-plugin trtllm-wrapper
 	rm -rf abi/python/mooncake_go/libmooncake.so abi/python/mooncake_go/libplugin_MOONCAKE_GO.so abi/python/mooncake_go/trtllm abi/python/mooncake_go/bin build/lib build/bdist.*
 	rm -rf mooncake_go.egg-info compat/python/mooncake_go.egg-info
 	$(PYTHON) -m venv build/wheel-venv && build/wheel-venv/bin/pip install --quiet --disable-pip-version-check build/wheel/*.whl
-	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake_go.sglang, mooncake_go.lmcache, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; from mooncake_go.sglang import _abi; print('wheel ok:', mooncake_go.load()._name, 'sglang abi', hex(_abi._lib_handle().mc_sglang_abi_version()), mooncake_go.lmcache.__all__)"
+	cd build && env -u MOONCAKE_GO_LIB -u MC_MOONCAKE_BIN wheel-venv/bin/python -c "import mooncake_go, mooncake_go.vllm, mooncake_go.sglang, mooncake_go.lmcache, mooncake_go.p2p, mooncake.engine; from mooncake_go.vllm import MooncakeGoConnector; from mooncake_go.sglang import _abi; print('wheel ok:', mooncake_go.load()._name, 'sglang abi', hex(_abi._lib_handle().mc_sglang_abi_version()), mooncake_go.lmcache.__all__)"
 	cd build && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_master --version && env -u MC_MOONCAKE_BIN wheel-venv/bin/mooncake_http_metadata_server --help >/dev/null
 	test -f build/wheel-venv/lib/python*/site-packages/mooncake_go_guard.pth
