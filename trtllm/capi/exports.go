@@ -230,23 +230,39 @@ func mcgo_trtllm_register(h C.uint64_t, m C.int, p *C.mc_trtllm_desc_t, n C.size
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// A descriptor that fails undoes this call's earlier ones: the call
+	// registers all of descs or none (registerMemory throws then).
+	var done [][2]uint64
+	undo := func() {
+		for _, k := range done {
+			r := a.regs[k]
+			if r.refs--; r.refs == 0 {
+				delete(a.regs, k)
+				_ = a.e.Deregister(r.id)
+			}
+		}
+	}
 	for i, d := range ds {
 		k := [2]uint64{uint64(m), d.Addr}
 		if r, ok := a.regs[k]; ok {
 			r.refs++
+			done = append(done, k)
 			continue
 		}
 		var buf []byte
 		if m == C.MC_TRTLLM_MEM_DRAM {
 			if buf, err = cbridge.ForeignBytes("desc addr", uintptr(d.Addr), uintptr(d.Len)); err != nil {
+				undo()
 				return fail(fn, fmt.Errorf("descriptor %d: %w", i, err))
 			}
 		}
 		id, err := a.e.Register(buf, d.Addr, d.Len, d.DevID, mem(m))
 		if err != nil {
+			undo()
 			return fail(fn, fmt.Errorf("descriptor %d: %w", i, err))
 		}
 		a.regs[k] = &reg{id: id, refs: 1}
+		done = append(done, k)
 	}
 	return cbridge.Succeed()
 }
