@@ -75,11 +75,38 @@ def child_env(extra=None, drop=(), compat=False):
     return {k: v for k, v in env.items() if v is not None}
 
 
+_handed_out = set()
+_port_lock = threading.Lock()
+
+
 def free_port():
-    """A TCP port free on 127.0.0.1 now (for servers that cannot bind 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 and 0.0.0.0 now (for servers that
+    cannot bind 0, e.g. vLLM's Mooncake bootstrap server).
+
+    Drawn from 20000-32767, below Linux's ephemeral range (32768-60999),
+    so that no process's outgoing connection or bind(0) can take it
+    between now and the server's own bind (the race that failed CI:
+    a concurrently starting engine got the port as an ephemeral one).
+    Never hands the same port out twice in one process."""
+    import random
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    with _port_lock:
+        for _ in range(2000):
+            port = rng.randrange(20000, 32768)
+            if port in _handed_out:
+                continue
+            ok = True
+            for host in ("0.0.0.0", "127.0.0.1"):
+                with socket.socket() as s:
+                    try:
+                        s.bind((host, port))
+                    except OSError:
+                        ok = False
+                        break
+            if ok:
+                _handed_out.add(port)
+                return port
+    raise AssertionError("free_port: no free TCP port in 20000-32767 after 2000 tries")
 
 
 def wait_until(pred, timeout, what, tail=None, interval=0.1):
