@@ -171,7 +171,7 @@ type Worker struct {
 	staging *deviceStaging
 	// stagingBytes is the staging size; DeviceStagingBytes (tests shrink it).
 	stagingBytes int
-	gate    *stepGate
+	gate         *stepGate
 	// sendReq and recvReq map a P/D transfer id to its request id.
 	sendReq, recvReq map[string]string
 	closed           bool
