@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store fuzz fuzz-short
+.PHONY: gpu-check gpu-check-fake all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store fuzz fuzz-short
 
 all: build
 
@@ -257,6 +257,17 @@ fuzz:
 
 fuzz-short:
 	GO=$(GO) FUZZTIME=$(FUZZTIME_SHORT) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
+
+# The prepared real-GPU check: build/gpu-check (+ .tar.gz, <= 64 MiB) with
+# the GPU test binaries and libcudart.so.12 from PyPI's
+# nvidia-cuda-runtime-cu12 wheel; on a GPU host run gpu-check/run.sh.
+gpu-check:
+	./scripts/gpu-check.sh build
+
+# Its run half against the stand-in libcudart (no GPU needed).
+gpu-check-fake: gpu-check
+	cc -shared -fPIC -O1 -o build/libfakecudart.so core/transfer/cuda/testdata/fakecudart.c
+	MC_CUDART_PATH=$(CURDIR)/build/libfakecudart.so build/gpu-check/run.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...

@@ -205,21 +205,17 @@ func (w *Worker) loadLayers(ctx context.Context, keys []string, blockIDs []int) 
 	errs := make([]error, len(keys))
 	var okBytes uint64
 	for l := range w.byLayer {
-		idx, ks, dsts := w.gather(keys, blockIDs, errs, l)
-		if len(ks) > 0 {
+		want := w.layerBytes[l]
+		w.moveBlocks(ctx, keys, blockIDs, errs, l, true, func(ks []string, dsts [][][]byte) []error {
 			n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
-			want := w.layerBytes[l]
-			for j, i := range idx {
-				switch {
-				case gerrs[j] != nil:
-					errs[i] = gerrs[j]
-				case n[j] != want:
-					errs[i] = fmt.Errorf("%w: key %q holds %d bytes, layer %d of a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], l, want)
-				default:
-					okBytes += uint64(want)
+			for j := range ks {
+				if gerrs[j] == nil && n[j] != want {
+					gerrs[j] = fmt.Errorf("%w: key %q holds %d bytes, layer %d of a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], l, want)
 				}
 			}
-		}
+			return gerrs
+		})
+		okBytes += uint64(want) * okCount(errs) // errs only ever turn non-nil: these landed layer l
 		if g != nil && !info.Async {
 			g.loaded(l)
 			next = l + 1
@@ -246,18 +242,10 @@ func (w *Worker) saveLayers(ctx context.Context, keys []string, blockIDs []int) 
 				break
 			}
 		}
-		idx, ks, srcs := w.gather(keys, blockIDs, errs, l)
-		if len(ks) == 0 {
-			continue
-		}
-		perrs := w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
-		for j, i := range idx {
-			if perrs[j] != nil {
-				errs[i] = perrs[j]
-			} else {
-				okBytes += uint64(w.layerBytes[l])
-			}
-		}
+		w.moveBlocks(ctx, keys, blockIDs, errs, l, false, func(ks []string, srcs [][][]byte) []error {
+			return w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
+		})
+		okBytes += uint64(w.layerBytes[l]) * okCount(errs)
 	}
 	w.countSaves(errs, okBytes)
 	return errs

@@ -20,12 +20,13 @@ var PD PDFactory = startPD
 func startPD(ctx context.Context, s Settings, regions []Region) (Producer, Consumer, error) {
 	rs := make([]pd.Region, len(regions))
 	for i, r := range regions {
-		rs[i] = pd.Region{Mem: r.Buf, BlockBytes: r.BlockBytes, NumBlocks: r.NumBlocks}
+		rs[i] = pd.Region{Mem: r.Buf, DeviceAddr: r.DeviceAddr, Device: r.Device, BlockBytes: r.BlockBytes, NumBlocks: r.NumBlocks}
 	}
 	cfg := pd.Config{
 		EngineID: s.EngineID, TPRank: s.TPRank, TPSize: s.TPSize, Host: s.Host,
 		Regions: rs, Protocol: "tcp", AbortTimeout: s.AbortTimeout, RecvTimeout: s.LoadTimeout,
 		BootstrapAddr: net.JoinHostPort(s.Host, strconv.Itoa(s.BootstrapPort)),
+		CUDA:          s.CUDA,
 	}
 	if b := s.BootstrapAddr; b != "" {
 		cfg.BootstrapAddr, cfg.ExternalBootstrap = strings.TrimPrefix(strings.TrimPrefix(b, "http://"), "https://"), true

@@ -12,6 +12,7 @@ import (
 	"github.com/mooncake-go/mooncake/connectors/config"
 	"github.com/mooncake-go/mooncake/connectors/poolclient"
 	"github.com/mooncake-go/mooncake/core/kvpool"
+	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
 // Errors returned by this package; match with errors.Is.
@@ -75,6 +76,9 @@ const (
 // the connector's kv_connector_extra_config. Sizes are bytes, block sizes
 // tokens.
 type Settings struct {
+	// CUDA is not configuration: the worker sets it from
+	// SetDeviceRuntime before it starts the P/D half (device regions).
+	CUDA transfer.DeviceRuntime `json:"-"`
 	// KVRole is kv_transfer_config.kv_role: kv_producer, kv_consumer or
 	// kv_both; required.
 	KVRole string `json:"kv_role"`

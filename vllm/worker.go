@@ -13,6 +13,7 @@ import (
 	"github.com/mooncake-go/mooncake/connectors/runtime"
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
 // Region is one KV cache region of a worker: NumBlocks blocks of
@@ -21,9 +22,17 @@ import (
 // halves of FlashAttention's [2, num_blocks, ...] layout); the shim
 // derives them from strides. A block's pool value is the concatenation,
 // in region order, of its bytes in every region (layer-wise mode: one
-// value per layer, of that layer's regions).
+// value per layer, of that layer's regions). A region in GPU memory has a
+// nil Buf and gives DeviceAddr and Device instead (the worker needs a
+// runtime: SetDeviceRuntime).
 type Region struct {
-	Buf        []byte
+	// Buf is the region's host memory; nil for device memory.
+	Buf []byte
+	// DeviceAddr is the device address of the region's first byte when
+	// Buf is nil.
+	DeviceAddr uint64
+	// Device is the CUDA device ordinal of DeviceAddr.
+	Device     int
 	BlockBytes uint64
 	NumBlocks  uint64
 	// Layer is the attention layer the region belongs to (0-based); only
@@ -154,7 +163,15 @@ type Worker struct {
 	// layerBytes[l] of its layer l object (layer-wise); set with regions.
 	blockBytes int
 	layerBytes []int
-	gate       *stepGate
+	// allRegions is 0..len(regions)-1 (moveBlocks' region list).
+	allRegions []int
+	// cuda reaches device regions (SetDeviceRuntime); staging is the host
+	// staging of a store-mode worker with device regions (device.go).
+	cuda    transfer.DeviceRuntime
+	staging *deviceStaging
+	// stagingBytes is the staging size; DeviceStagingBytes (tests shrink it).
+	stagingBytes int
+	gate         *stepGate
 	// sendReq and recvReq map a P/D transfer id to its request id.
 	sendReq, recvReq map[string]string
 	closed           bool
@@ -218,17 +235,34 @@ func (w *Worker) TakeNotes() []string {
 
 // newWorker makes a worker whose pool comes from open (tests pass one).
 func newWorker(s Settings, open func(ctx context.Context) (Pool, func() error, error), pd PDFactory) *Worker {
-	return &Worker{s: s, open: open, pdNew: pd, sendReq: map[string]string{}, recvReq: map[string]string{}}
+	return &Worker{s: s, open: open, pdNew: pd, sendReq: map[string]string{}, recvReq: map[string]string{}, stagingBytes: DeviceStagingBytes}
+}
+
+// SetDeviceRuntime gives the worker the CUDA runtime that reaches its
+// device regions; call it before RegisterKVCaches. Without one,
+// RegisterKVCaches refuses device regions with "unsupported: no CUDA
+// runtime".
+func (w *Worker) SetDeviceRuntime(rt transfer.DeviceRuntime) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cuda = rt
 }
 
 // RegisterKVCaches registers the worker's KV cache regions
 // (register_kv_caches), once, before any transfer: every region must have
 // the same NumBlocks, BlockBytes > 0 and Buf of at least
-// NumBlocks*BlockBytes bytes. Store mode opens the pool client (mounting
-// global_segment_size bytes) and registers the regions' memory with it
-// (overlapping or adjacent regions as one span); pd mode starts the
-// producer or consumer. Errors: ErrBadInput, ErrWrongRole (a second call),
-// the pool's.
+// NumBlocks*BlockBytes bytes (device regions: Buf nil, DeviceAddr set).
+// Store mode opens the pool client (mounting global_segment_size bytes)
+// and registers the regions' host memory with it (overlapping or adjacent
+// regions as one span); with device regions it also allocates and
+// registers DeviceStagingBytes of host staging through which blocks are
+// copied (device to host before a put, host to device after a get, each
+// copy complete before the block counts as moved). pd mode starts the
+// producer or consumer (device regions registered with its transfer
+// engine). Errors: ErrBadInput, ErrWrongRole (a second call),
+// transfer.ErrUnsupported ("unsupported: no CUDA runtime") for device
+// regions without SetDeviceRuntime, the runtime's for a bad device, the
+// pool's.
 func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 	if len(regions) == 0 {
 		return fmt.Errorf("%w: no KV cache regions", ErrBadInput)
@@ -239,14 +273,31 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 			return fmt.Errorf("%w: region %d: %d blocks of %d bytes", ErrBadInput, i, r.NumBlocks, r.BlockBytes)
 		case r.NumBlocks != regions[0].NumBlocks:
 			return fmt.Errorf("%w: region %d has %d blocks, region 0 %d: every KV cache tensor must have the same block count", ErrBadInput, i, r.NumBlocks, regions[0].NumBlocks)
-		case r.BlockBytes > uint64(len(r.Buf))/r.NumBlocks:
+		case r.Buf == nil && r.DeviceAddr == 0:
+			return fmt.Errorf("%w: region %d has neither host memory nor a device address", ErrBadInput, i)
+		case r.Buf != nil && r.BlockBytes > uint64(len(r.Buf))/r.NumBlocks:
 			return fmt.Errorf("%w: region %d: %d blocks of %d bytes do not fit its %d bytes", ErrBadInput, i, r.NumBlocks, r.BlockBytes, len(r.Buf))
+		case r.Buf == nil && r.BlockBytes > (^uint64(0)-r.DeviceAddr)/r.NumBlocks:
+			return fmt.Errorf("%w: region %d: %d blocks of %d bytes overflow the address space from %#x", ErrBadInput, i, r.NumBlocks, r.BlockBytes, r.DeviceAddr)
 		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return runtime.ErrClosed
+	}
+	onDevice := false
+	for i, r := range regions {
+		if r.Buf != nil {
+			continue
+		}
+		onDevice = true
+		if w.cuda == nil {
+			return fmt.Errorf("%w: no CUDA runtime: KV cache region %d is on cuda:%d", transfer.ErrUnsupported, i, r.Device)
+		}
+		if err := w.cuda.CheckDevice(r.Device); err != nil {
+			return fmt.Errorf("vllm: KV cache region %d on cuda:%d: %w", i, r.Device, err)
+		}
 	}
 	if w.regions != nil {
 		return fmt.Errorf("%w: register_kv_caches called twice", ErrBadInput)
@@ -269,11 +320,28 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 		if err != nil {
 			return err
 		}
+		if onDevice {
+			bb := 0
+			for _, r := range regions {
+				bb += int(r.BlockBytes)
+			}
+			st, err := newDeviceStaging(w.cuda, bb, w.stagingBytes)
+			if err != nil {
+				if closer != nil {
+					closer()
+				}
+				return err
+			}
+			sp = append(sp, st.region.Bytes())
+			closer = joinClose(closer, st.close)
+			w.staging = st
+		}
 		for _, span := range sp {
 			if err := pool.RegisterBuffer(ctx, span); err != nil {
 				if closer != nil {
 					closer()
 				}
+				w.staging = nil
 				return fmt.Errorf("vllm: register KV cache memory [%#x, +%d): %w", memory.AddrOf(span), len(span), err)
 			}
 		}
@@ -289,19 +357,23 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 			if closer != nil {
 				closer()
 			}
+			w.staging = nil
 			return fmt.Errorf("%w: %w", ErrBadConfig, err)
 		}
 		w.pool, w.rt, w.closer = pool, rt, closer
 	case ModePD:
-		prod, cons, err := w.pdNew(ctx, w.s, regions)
+		s := w.s
+		s.CUDA = w.cuda
+		prod, cons, err := w.pdNew(ctx, s, regions)
 		if err != nil {
 			return err
 		}
 		w.prod, w.cons = prod, cons
 	}
 	w.regions = regions
-	for _, r := range regions {
+	for i, r := range regions {
 		w.blockBytes += int(r.BlockBytes)
+		w.allRegions = append(w.allRegions, i)
 	}
 	for _, idx := range w.byLayer {
 		n := 0
@@ -318,9 +390,11 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 // several layers when they share it). Partly overlapping regions are an
 // error.
 func spans(regions []Region) ([][]byte, error) {
-	bufs := make([][]byte, len(regions))
-	for i, r := range regions {
-		bufs[i] = r.Buf[:r.BlockBytes*r.NumBlocks]
+	bufs := make([][]byte, 0, len(regions))
+	for _, r := range regions {
+		if r.Buf != nil { // device regions are staged (device.go)
+			bufs = append(bufs, r.Buf[:r.BlockBytes*r.NumBlocks])
+		}
 	}
 	sort.Slice(bufs, func(i, j int) bool {
 		ai, aj := memory.AddrOf(bufs[i]), memory.AddrOf(bufs[j])
@@ -376,26 +450,40 @@ func (l loader) Load(ctx context.Context, keys []string, blockIDs []int) []error
 		return w.loadLayers(ctx, keys, blockIDs)
 	}
 	errs := make([]error, len(keys))
-	idx, ks, dsts := w.gather(keys, blockIDs, errs, -1)
-	var n []int
-	var gerrs []error
-	if len(ks) > 0 {
-		n, gerrs = w.pool.BatchGetIntoParts(ctx, ks, dsts)
-	}
 	want := w.blockBytes
-	var bytes uint64
-	for j, i := range idx {
-		switch {
-		case gerrs[j] != nil:
-			errs[i] = gerrs[j]
-		case n[j] != want:
-			errs[i] = fmt.Errorf("%w: key %q holds %d bytes, a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], want)
-		default:
-			bytes += uint64(want)
+	w.moveBlocks(ctx, keys, blockIDs, errs, -1, true, func(ks []string, dsts [][][]byte) []error {
+		n, gerrs := w.pool.BatchGetIntoParts(ctx, ks, dsts)
+		for j := range ks {
+			if gerrs[j] == nil && n[j] != want {
+				gerrs[j] = fmt.Errorf("%w: key %q holds %d bytes, a block is %d: another KV layout wrote it", ErrBadInput, ks[j], n[j], want)
+			}
+		}
+		return gerrs
+	})
+	w.countLoads(errs, uint64(want)*okCount(errs))
+	return errs
+}
+
+// okCount is the number of nil errors.
+func okCount(errs []error) uint64 {
+	var n uint64
+	for _, err := range errs {
+		if err == nil {
+			n++
 		}
 	}
-	w.countLoads(errs, bytes)
-	return errs
+	return n
+}
+
+// joinClose returns a closer running a (if set) then b.
+func joinClose(a, b func() error) func() error {
+	return func() error {
+		var err error
+		if a != nil {
+			err = a()
+		}
+		return errors.Join(err, b())
+	}
 }
 
 // countLoads adds a load job's outcome to the stats.
@@ -496,18 +584,10 @@ func (s saver) Save(ctx context.Context, keys []string, blockIDs []int) []error 
 	if w.s.Layerwise {
 		return w.saveLayers(ctx, keys, blockIDs)
 	}
-	idx, ks, srcs := w.gather(keys, blockIDs, errs, -1)
-	var perrs []error
-	if len(ks) > 0 {
-		perrs = w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
-	}
-	var bytes uint64
-	for j, i := range idx {
-		if errs[i] = perrs[j]; errs[i] == nil {
-			bytes += uint64(w.blockBytes)
-		}
-	}
-	w.countSaves(errs, bytes)
+	w.moveBlocks(ctx, keys, blockIDs, errs, -1, false, func(ks []string, srcs [][][]byte) []error {
+		return w.pool.BatchPutFromParts(ctx, ks, srcs, nil)
+	})
+	w.countSaves(errs, uint64(w.blockBytes)*okCount(errs))
 	return errs
 }
 

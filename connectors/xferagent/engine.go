@@ -322,7 +322,7 @@ func (e *Engine) Register(buf []byte, addr, n, dev uint64, mem int) (uint64, err
 		}
 	case MemVRAM:
 		if !e.cuda {
-			return 0, fmt.Errorf("%w: VRAM registration needs a CUDA runtime, and none loaded in this process (DRAM works)", ErrUnsupported)
+			return 0, fmt.Errorf("%w: no CUDA runtime: VRAM registration needs libcudart ($MC_CUDART_PATH, else libcudart.so, .so.12, .so.11.0) and none loaded in this process (DRAM works)", ErrUnsupported)
 		}
 		if err := e.te.RegisterDeviceMemory(ctx, addr, n, int(dev), true); err != nil {
 			return 0, fmt.Errorf("agent: register VRAM [%#x,+%d) on device %d: %w", addr, n, dev, err)

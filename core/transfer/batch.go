@@ -319,7 +319,7 @@ func (e *Engine) remoteBuffer(r Request) (*peerSeg, *metadata.BufferDesc, error)
 
 // executeDevice performs a request whose local side lm is device memory:
 // cudaMemcpy on the local segment, CUDA IPC to a same-host peer's device
-// buffer, else the peer's transport through a host bounce buffer.
+// buffer, else the peer's transport through pinned host staging slices.
 func (e *Engine) executeDevice(ctx context.Context, r Request, lm mem) error {
 	if r.Target == LocalSegment {
 		return e.localCopy(r, lm)
@@ -333,7 +333,7 @@ func (e *Engine) executeDevice(ctx context.Context, r Request, lm mem) error {
 			return err
 		}
 	}
-	if err := viaBounce(ctx, &e.bounces, e.cfg.CUDA, s.peer, r.Op, lm, r.TargetOffset, r.Length); err != nil {
+	if err := viaStaging(ctx, e.staging, e.cfg.CUDA, s.peer, r.Op, lm, r.TargetOffset, r.Length); err != nil {
 		return fmt.Errorf("%s %d bytes of device memory at %q %#x: %w", r.Op, r.Length, s.name, r.TargetOffset, err)
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/mooncake-go/mooncake/core/memory"
 )
 
 // DeviceRuntime copies to, from and between GPU device memory and shares
@@ -136,42 +138,201 @@ func copyMem(rt DeviceRuntime, dst, src mem, n uint64) error {
 	}
 }
 
-// bounceSize is the host staging buffer for device memory sent over a
-// network transport: a larger request moves in chunks of this size.
-const bounceSize = 4 << 20
+// HostPinner is what a DeviceRuntime may add: page-locking host memory
+// (cudaHostRegister), so that copies between it and device memory run as
+// DMA at full PCIe/NVLink speed instead of through the driver's own
+// pageable staging. The engine pins its staging buffers with it when the
+// runtime has it (*cuda.Runtime does) and uses them unpinned otherwise.
+type HostPinner interface {
+	// PinHost page-locks b, which must be off the Go heap (package
+	// memory) and stay mapped until unpin is called (once). Errors: the
+	// runtime's (e.g. out of pinnable memory).
+	PinHost(b []byte) (unpin func() error, err error)
+}
 
-// newBounce allocates a host staging buffer for an engine's pool
-// (Engine.bounces, *[]byte of bounceSize bytes). Plain pageable Go memory:
-// the CUDA runtime stages it itself; pinned buffers would need
-// cudaHostAlloc and are a later optimisation.
-func newBounce() any { b := make([]byte, bounceSize); return &b }
+// DefaultDeviceSlice is Config.DeviceSlice's default: 2 MiB slices, the
+// size at which a pinned cudaMemcpy reaches most of the link's bandwidth
+// while a request still has several slices in flight.
+const DefaultDeviceSlice = 2 << 20
 
-// viaBounce performs a request whose local side is device memory over a
-// network peer, staging through a buffer from pool: WRITE copies each
-// chunk device to host and sends it; READ receives each chunk and copies
-// it host to device.
-func viaBounce(ctx context.Context, pool *sync.Pool, rt DeviceRuntime, p Peer, op Opcode, local mem, remote, n uint64) error {
-	bp := pool.Get().(*[]byte)
-	defer pool.Put(bp)
-	for off := uint64(0); off < n; off += bounceSize {
-		b := (*bp)[:min(bounceSize, n-off)]
-		if op == Write {
-			if err := rt.CopyDtoH(local.dev, b, local.addr+off); err != nil {
-				return fmt.Errorf("stage device memory: %w", err)
-			}
-			if err := p.Do(ctx, Write, b, remote+off); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := p.Do(ctx, Read, b, remote+off); err != nil {
-			return err
-		}
-		if err := rt.CopyHtoD(local.dev, local.addr+off, b); err != nil {
-			return fmt.Errorf("unstage into device memory: %w", err)
+// stager is one pair of host staging buffers (two slices of the engine's
+// DeviceSlice bytes each) in one off-heap region, page-locked when the
+// runtime can pin.
+type stager struct {
+	region *memory.Region
+	bufs   [2][]byte
+	unpin  func() error // nil when not pinned
+}
+
+// stagers is an engine's free list of stagers: one is taken per device
+// request on a network path and given back after it; at most one per
+// concurrently executing request ever exists (Config.Workers).
+type stagers struct {
+	rt    DeviceRuntime
+	slice int
+
+	mu struct {
+		sync.Mutex
+		free   []*stager
+		closed bool
+	}
+}
+
+// get returns a free stager, allocating (and pinning) one when none is.
+// Errors: the allocation's; ErrClosed after close.
+func (p *stagers) get() (*stager, error) {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if n := len(p.mu.free); n > 0 {
+		s := p.mu.free[n-1]
+		p.mu.free = p.mu.free[:n-1]
+		p.mu.Unlock()
+		return s, nil
+	}
+	p.mu.Unlock()
+	r, err := memory.Map(2 * p.slice)
+	if err != nil {
+		return nil, fmt.Errorf("staging buffers of 2x%d bytes: %w", p.slice, err)
+	}
+	s := &stager{region: r}
+	b := r.Bytes()
+	s.bufs = [2][]byte{b[:p.slice:p.slice], b[p.slice:]}
+	if hp, ok := p.rt.(HostPinner); ok {
+		// Unpinned staging still works (the driver stages pageable
+		// memory itself), only slower: a failed pin is not an error.
+		if unpin, err := hp.PinHost(b); err == nil {
+			s.unpin = unpin
 		}
 	}
-	return nil
+	return s, nil
+}
+
+// put gives s back (freeing it after close).
+func (p *stagers) put(s *stager) {
+	p.mu.Lock()
+	if !p.mu.closed {
+		p.mu.free = append(p.mu.free, s)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	s.free()
+}
+
+// close frees the free stagers; those in use are freed when put back.
+func (p *stagers) close() {
+	p.mu.Lock()
+	p.mu.closed = true
+	free := p.mu.free
+	p.mu.free = nil
+	p.mu.Unlock()
+	for _, s := range free {
+		s.free()
+	}
+}
+
+func (s *stager) free() {
+	if s.unpin != nil {
+		_ = s.unpin() // best effort: the region is unmapped next either way
+	}
+	_ = s.region.Close()
+}
+
+// pipeline moves n bytes in slices of len(bufs[0]) bytes through the two
+// staging buffers: fill(b, off) produces bytes [off, off+len(b)) of the
+// request into b, drain(b, off) consumes them. While slice k drains,
+// slice k+1 fills (fill runs on a helper goroutine), so a device copy
+// overlaps the network send or receive; slices drain in order, and a
+// request of one slice runs both stages on the caller's goroutine. The
+// first error stops both stages; pipeline returns it only once neither
+// stage touches the buffers any more.
+func pipeline(bufs [2][]byte, n uint64, fill, drain func(b []byte, off uint64) error) error {
+	slice := uint64(len(bufs[0]))
+	if n <= slice {
+		b := bufs[0][:n]
+		if err := fill(b, 0); err != nil {
+			return err
+		}
+		return drain(b, 0)
+	}
+	type item struct {
+		b   []byte
+		off uint64
+		err error
+	}
+	free := make(chan []byte, 2)
+	free <- bufs[0]
+	free <- bufs[1]
+	full := make(chan item, 2)
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for off := uint64(0); off < n; off += slice {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			b = b[:min(slice, n-off)]
+			if err := fill(b, off); err != nil {
+				full <- item{off: off, err: err}
+				return
+			}
+			full <- item{b: b, off: off}
+		}
+	}()
+	var err error
+	for it := range full { // until the filler is done: it may still hold a buffer
+		switch {
+		case err != nil:
+		case it.err != nil:
+			err = it.err
+		default:
+			if err = drain(it.b, it.off); err != nil {
+				close(stop)
+				continue
+			}
+			free <- it.b[:slice]
+		}
+	}
+	return err
+}
+
+// viaStaging performs a request whose local side is device memory over a
+// network peer, staging through a stager from pool in slices that overlap
+// the device copy with the transfer: WRITE copies slice k+1 device to host
+// while slice k is sent; READ copies slice k host to device while slice
+// k+1 is received. It returns once every slice has landed (the last
+// host-to-device copy synchronised), so a COMPLETED READ is visible on the
+// device.
+func viaStaging(ctx context.Context, pool *stagers, rt DeviceRuntime, p Peer, op Opcode, local mem, remote, n uint64) error {
+	st, err := pool.get()
+	if err != nil {
+		return err
+	}
+	defer pool.put(st)
+	if op == Write {
+		return pipeline(st.bufs, n, func(b []byte, off uint64) error {
+			if err := rt.CopyDtoH(local.dev, b, local.addr+off); err != nil {
+				return fmt.Errorf("stage device memory [+%d,+%d): %w", off, len(b), err)
+			}
+			return nil
+		}, func(b []byte, off uint64) error {
+			return p.Do(ctx, Write, b, remote+off)
+		})
+	}
+	return pipeline(st.bufs, n, func(b []byte, off uint64) error {
+		return p.Do(ctx, Read, b, remote+off)
+	}, func(b []byte, off uint64) error {
+		if err := rt.CopyHtoD(local.dev, local.addr+off, b); err != nil {
+			return fmt.Errorf("unstage into device memory [+%d,+%d): %w", off, len(b), err)
+		}
+		return nil
+	})
 }
 
 // ipcMaps caches the IPC mappings of one same-host peer's device buffers,

@@ -44,6 +44,90 @@ type fakeGPU struct {
 	failOpen          atomic.Bool
 	failCopy          atomic.Bool // host<->device copies fail
 	noIPC             bool        // ExportIPC unsupported
+	// failAt makes the failAt-th host<->device copy from now fail (0: none).
+	failAt atomic.Int64
+	// onCopy, if set, runs before each host<->device copy ("htod" or
+	// "dtoh", the device address and length); its error fails the copy.
+	onCopy func(kind string, addr uint64, n int) error
+
+	logMu sync.Mutex
+	log   []copyRec // host<->device copies, in order
+	// pinned are the host ranges PinHost page-locked and not unpinned.
+	pinned map[uint64]int
+}
+
+// copyRec is one logged host<->device copy.
+type copyRec struct {
+	kind   string
+	addr   uint64 // device address
+	n      int
+	pinned bool // the host side lies in a PinHost range
+}
+
+// PinHost implements transfer.HostPinner: it records the range.
+func (g *fakeGPU) PinHost(b []byte) (func() error, error) {
+	a := memory.AddrOf(b)
+	g.logMu.Lock()
+	if g.pinned == nil {
+		g.pinned = map[uint64]int{}
+	}
+	g.pinned[a] = len(b)
+	g.logMu.Unlock()
+	return func() error {
+		g.logMu.Lock()
+		defer g.logMu.Unlock()
+		if _, ok := g.pinned[a]; !ok {
+			return errors.New("fakegpu: unpin of a range not pinned")
+		}
+		delete(g.pinned, a)
+		return nil
+	}, nil
+}
+
+// record logs a host<->device copy and reports whether it must fail.
+func (g *fakeGPU) record(kind string, addr uint64, host []byte) error {
+	if g.onCopy != nil {
+		if err := g.onCopy(kind, addr, len(host)); err != nil {
+			return err
+		}
+	}
+	if g.failCopy.Load() {
+		return errCopy
+	}
+	if g.failAt.Load() > 0 && g.failAt.Add(-1) == 0 {
+		return errCopy
+	}
+	h := memory.AddrOf(host)
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	pinned := false
+	for a, n := range g.pinned {
+		if h >= a && h+uint64(len(host)) <= a+uint64(n) {
+			pinned = true
+		}
+	}
+	g.log = append(g.log, copyRec{kind: kind, addr: addr, n: len(host), pinned: pinned})
+	return nil
+}
+
+// takeLog returns the copies logged since the previous call.
+func (g *fakeGPU) takeLog() []copyRec {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	l := g.log
+	g.log = nil
+	return l
+}
+
+// pinnedBytes is the total of the ranges pinned now.
+func (g *fakeGPU) pinnedBytes() int {
+	g.logMu.Lock()
+	defer g.logMu.Unlock()
+	n := 0
+	for _, l := range g.pinned {
+		n += l
+	}
+	return n
 }
 
 func newFakeGPU() *fakeGPU {
@@ -93,8 +177,8 @@ func (g *fakeGPU) CheckDevice(dev int) error {
 var errCopy = errors.New("fakegpu: copy failed")
 
 func (g *fakeGPU) CopyHtoD(dev int, dst uint64, src []byte) error {
-	if g.failCopy.Load() {
-		return errCopy
+	if err := g.record("htod", dst, src); err != nil {
+		return err
 	}
 	d, _, err := g.mem(dst, uint64(len(src)))
 	if err != nil {
@@ -106,8 +190,8 @@ func (g *fakeGPU) CopyHtoD(dev int, dst uint64, src []byte) error {
 }
 
 func (g *fakeGPU) CopyDtoH(dev int, dst []byte, src uint64) error {
-	if g.failCopy.Load() {
-		return errCopy
+	if err := g.record("dtoh", src, dst); err != nil {
+		return err
 	}
 	s, _, err := g.mem(src, uint64(len(dst)))
 	if err != nil {

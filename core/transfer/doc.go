@@ -17,7 +17,9 @@
 // location "cuda:N", published under that name like any buffer; its bytes
 // are not host-addressable, so the registry keeps no []byte for it and
 // Resolve refuses it. Requests whose local side is device memory stage it
-// through pooled host bounce buffers (4 MiB chunks) for the network
+// through pooled host staging slices (Config.DeviceSlice, 2 MiB, pinned
+// when the runtime can, the device copy of one slice overlapping the
+// transfer of the other) for the network
 // transport; on the target side a transport that supports DeviceTarget
 // (tcp) copies into or out of the device buffer through its own bounce
 // buffer, acknowledging a WRITE only once it landed. Within one engine

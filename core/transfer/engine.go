@@ -46,6 +46,13 @@ type Config struct {
 	// buffers of same-host peers. Typically a *cuda.Runtime from
 	// cuda.Load; nil means no CUDA.
 	CUDA DeviceRuntime
+	// DeviceSlice is the slice size in bytes in which a request whose
+	// local side is device memory is staged through host memory for a
+	// network transport (tcp, shm): two slices per executing request,
+	// page-locked when CUDA is a HostPinner, the device copy of one
+	// slice overlapping the transfer of the other. Default
+	// DefaultDeviceSlice (2 MiB); at most 1 GiB.
+	DeviceSlice int
 }
 
 // Validate reports a missing required field.
@@ -57,6 +64,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: engine %q has no metadata store", ErrInvalidArgument, c.Name)
 	case c.Transport == nil:
 		return fmt.Errorf("%w: engine %q has no transport", ErrInvalidArgument, c.Name)
+	case c.DeviceSlice > 1<<30:
+		return fmt.Errorf("%w: engine %q: device slice of %d bytes (at most 1 GiB)", ErrInvalidArgument, c.Name, c.DeviceSlice)
 	}
 	return nil
 }
@@ -71,7 +80,7 @@ type Engine struct {
 	nextB    atomic.Uint64
 	ctx      context.Context // cancelled by Close: aborts running requests
 	cancel   context.CancelFunc
-	bounces  sync.Pool // host staging buffers for device memory (newBounce)
+	staging  *stagers // host staging buffers for device memory on network paths
 
 	mu struct {
 		sync.Mutex
@@ -112,11 +121,14 @@ func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 60 * time.Second
 	}
+	if cfg.DeviceSlice <= 0 {
+		cfg.DeviceSlice = DefaultDeviceSlice
+	}
 	if cfg.HostID == "" {
 		cfg.HostID = hostID()
 	}
 	e := &Engine{cfg: cfg, sem: make(chan struct{}, cfg.Workers)}
-	e.bounces.New = newBounce
+	e.staging = &stagers{rt: cfg.CUDA, slice: int(cfg.DeviceSlice)}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.mu.segs = map[SegmentID]*peerSeg{}
 	e.mu.byName = map[string]SegmentID{}
@@ -445,6 +457,7 @@ func (e *Engine) Close() error {
 	for _, s := range segs {
 		s.close()
 	}
+	e.staging.close()
 	err := e.cfg.Transport.Close()
 	if e.cfg.Local != nil {
 		e.cfg.Local.Close()

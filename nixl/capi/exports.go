@@ -160,7 +160,7 @@ func mcgo_nixl_create(agent *C.char, agentLen C.size_t, params *C.mc_nixl_kv_t, 
 	}
 	// VRAM needs a CUDA runtime in the process; without one the engine
 	// moves DRAM only and says so when asked for VRAM.
-	if rt, err := cuda.LoadFrom(cuda.DefaultLibraries()...); err == nil {
+	if rt, err := cuda.Load(); err == nil { // $MC_CUDART_PATH, else the default names
 		cfg.CUDA = rt
 	}
 	e, err := nixl.New(cfg)

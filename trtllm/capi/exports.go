@@ -194,7 +194,7 @@ func mcgo_trtllm_agent_create(name *C.char, nameLen C.size_t, flags C.uint32_t, 
 			cfg.Params[k] = v
 		}
 	}
-	if rt, err := cuda.LoadFrom(cuda.DefaultLibraries()...); err == nil {
+	if rt, err := cuda.Load(); err == nil { // $MC_CUDART_PATH, else the default names
 		cfg.CUDA = rt
 	}
 	e, err := xferagent.New(cfg)

@@ -13,7 +13,7 @@ import (
 	"fmt"
 
 	"github.com/mooncake-go/mooncake/abi/cbridge"
-	"github.com/mooncake-go/mooncake/core/transfer"
+	"github.com/mooncake-go/mooncake/core/transfer/cuda"
 	"github.com/mooncake-go/mooncake/vllm"
 )
 
@@ -369,19 +369,38 @@ func mcgo_vllm_register_kv_caches(h C.uint64_t, regions *C.mc_vllm_region_t, n C
 		return fail(fn, err)
 	}
 	out := make([]vllm.Region, len(rs))
+	var rt *cuda.Runtime
 	for i, r := range rs {
-		if r.device_id != -1 {
-			return fail(fn, fmt.Errorf("%w: regions[%d] is on CUDA device %d: unsupported: device KV caches in the vLLM connector (host KV caches only for now)", transfer.ErrUnsupported, i, int(r.device_id)))
-		}
 		size := uint64(r.block_bytes) * uint64(r.num_blocks)
 		if r.block_bytes == 0 || r.num_blocks == 0 || size/uint64(r.num_blocks) != uint64(r.block_bytes) {
 			return fail(fn, fmt.Errorf("%w: regions[%d]: %d blocks of %d bytes", vllm.ErrBadInput, i, uint64(r.num_blocks), uint64(r.block_bytes)))
 		}
-		buf, err := cbridge.ForeignBytes(fmt.Sprintf("regions[%d].base", i), uintptr(r.base), uintptr(size))
-		if err != nil {
-			return fail(fn, err)
+		reg := vllm.Region{BlockBytes: uint64(r.block_bytes), NumBlocks: uint64(r.num_blocks), Layer: int(r.layer), Device: int(r.device_id)}
+		switch {
+		case r.device_id < -1:
+			return fail(fn, fmt.Errorf("%w: regions[%d]: device_id %d (-1 for host memory, else a CUDA ordinal)", vllm.ErrBadInput, i, int(r.device_id)))
+		case r.device_id >= 0:
+			if rt == nil {
+				var err error
+				if rt, err = cuda.Load(); err != nil {
+					return fail(fn, fmt.Errorf("regions[%d] is GPU memory of cuda:%d: %w", i, int(r.device_id), err))
+				}
+			}
+			if r.base == nil {
+				return fail(fn, fmt.Errorf("%w: regions[%d].base is NULL", vllm.ErrBadInput, i))
+			}
+			reg.DeviceAddr = uint64(uintptr(r.base))
+		default:
+			buf, err := cbridge.ForeignBytes(fmt.Sprintf("regions[%d].base", i), uintptr(r.base), uintptr(size))
+			if err != nil {
+				return fail(fn, err)
+			}
+			reg.Buf = buf
 		}
-		out[i] = vllm.Region{Buf: buf, BlockBytes: uint64(r.block_bytes), NumBlocks: uint64(r.num_blocks), Layer: int(r.layer)}
+		out[i] = reg
+	}
+	if rt != nil {
+		c.worker.SetDeviceRuntime(rt)
 	}
 	return done(fn, c.worker.RegisterKVCaches(context.Background(), out))
 }

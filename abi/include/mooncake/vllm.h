@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 #define MC_VLLM_ABI_VERSION_MAJOR 1
-#define MC_VLLM_ABI_VERSION_MINOR 2
+#define MC_VLLM_ABI_VERSION_MINOR 3
 #define MC_VLLM_ABI_VERSION ((uint32_t)((MC_VLLM_ABI_VERSION_MAJOR << 16) | MC_VLLM_ABI_VERSION_MINOR))
 
 /* Roles (vLLM's KVConnectorRole values). */
@@ -60,10 +60,10 @@ typedef struct mc_vllm_connector mc_vllm_connector_t;
  * the concatenation, in region order, of its bytes in every region.
  */
 typedef struct mc_vllm_region {
-  void* base;            /* host address; must stay allocated until destroy */
+  void* base;            /* host address, or CUDA device address when device_id >= 0; must stay allocated until destroy */
   uint64_t block_bytes;  /* > 0 */
   uint64_t num_blocks;   /* > 0, the same for every region */
-  int32_t device_id;     /* -1: host memory (CUDA ordinals: MC_ERR_UNSUPPORTED for now) */
+  int32_t device_id;     /* -1: host memory; N >= 0: GPU memory of CUDA device N (since 1.3; needs a CUDA runtime: MC_ERR_UNSUPPORTED "unsupported: no CUDA runtime" without one) */
   uint32_t layer;        /* the attention layer (0-based) the region belongs to; read in layer-wise mode */
 } mc_vllm_region_t;
 
@@ -137,7 +137,13 @@ int mc_vllm_reset(mc_vllm_connector_t* c, int64_t* out_removed);
  *
  * mc_vllm_register_kv_caches registers the worker's KV cache regions
  * (register_kv_caches), once, before any transfer; the array is read
- * during the call only.
+ * during the call only. Regions in GPU memory (device_id >= 0) load the
+ * CUDA runtime ($MC_CUDART_PATH, else libcudart.so, .so.12, .so.11.0);
+ * blocks move through pinned host staging, and the caller must have
+ * finished the CUDA work writing a block before the save that reads it
+ * starts (mc_vllm_wait_for_save, mc_vllm_save_layer): the Python shim
+ * synchronises the current stream first. A load's blocks are on the
+ * device (copies synchronised) when it reports them.
  */
 int mc_vllm_register_kv_caches(mc_vllm_connector_t* c, const mc_vllm_region_t* regions, size_t n);
 

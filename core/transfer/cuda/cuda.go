@@ -108,6 +108,8 @@ type Runtime struct {
 	ipcClose       func(ptr uintptr) int32
 	errorString    func(code int32) string
 	streamSync     func(stream uintptr) int32
+	hostRegister   func(ptr *byte, size uint64, flags uint32) int32
+	hostUnregister func(ptr *byte) int32
 	// addrRange is the driver's cuMemGetAddressRange_v2 (allocation base
 	// and size of a device pointer); nil when no driver library exposes
 	// it, and then ExportIPC is unsupported.
@@ -169,6 +171,8 @@ func bind(lib uintptr, path string) (*Runtime, error) {
 		{&r.ipcClose, "cudaIpcCloseMemHandle"},
 		{&r.errorString, "cudaGetErrorString"},
 		{&r.streamSync, "cudaStreamSynchronize"},
+		{&r.hostRegister, "cudaHostRegister"},
+		{&r.hostUnregister, "cudaHostUnregister"},
 	} {
 		sym, err := purego.Dlsym(lib, b.name)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
@@ -217,6 +218,33 @@ func TestFakeRuntime(t *testing.T) {
 			t.Errorf("%s: err = %v", tc.name, tc.err)
 		}
 	}
+	// Pinning: cudaHostRegister of off-heap memory, twice refused, and
+	// unpinned once.
+	reg, err := memory.Map(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	unpin, err := rt.PinHost(reg.Bytes())
+	if err != nil {
+		t.Fatalf("PinHost = %v", err)
+	}
+	if _, err := rt.PinHost(reg.Bytes()[4096:]); !isCUDA(err, 712) {
+		t.Errorf("PinHost of a pinned range = %v, want cudaError 712", err)
+	}
+	if _, err := rt.PinHost(nil); !errors.Is(err, transfer.ErrInvalidArgument) {
+		t.Errorf("PinHost(nil) = %v", err)
+	}
+	if err := unpin(); err != nil {
+		t.Errorf("unpin = %v", err)
+	}
+	if err := unpin(); !isCUDA(err, 713) {
+		t.Errorf("second unpin = %v, want cudaError 713", err)
+	}
+	if _, err := (*Runtime)(nil).PinHost(reg.Bytes()); !errors.Is(err, transfer.ErrUnsupported) {
+		t.Errorf("nil Runtime PinHost = %v", err)
+	}
+
 	if got := rt.ErrorString(100); got != "no CUDA-capable device is detected" {
 		t.Errorf("ErrorString(100) = %q", got)
 	}

@@ -11,8 +11,32 @@ import (
 	"github.com/mooncake-go/mooncake/core/transfer"
 )
 
-// *Runtime is what transfer.Config.CUDA expects.
-var _ transfer.DeviceRuntime = (*Runtime)(nil)
+// *Runtime is what transfer.Config.CUDA expects, and it pins the engine's
+// staging buffers.
+var (
+	_ transfer.DeviceRuntime = (*Runtime)(nil)
+	_ transfer.HostPinner    = (*Runtime)(nil)
+)
+
+// PinHost implements transfer.HostPinner: cudaHostRegister of b with
+// cudaHostRegisterDefault (page-locked, usable by every device under
+// unified addressing); unpin is cudaHostUnregister. b must be off the Go
+// heap (package memory) and stay mapped until unpin. Errors: for a nil
+// Runtime, ErrUnsupported; transfer.ErrInvalidArgument for an empty b;
+// *Error (e.g. cudaErrorHostMemoryAlreadyRegistered).
+func (r *Runtime) PinHost(b []byte) (func() error, error) {
+	if r == nil {
+		return nil, errNoRuntime()
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: cuda: pin of 0 bytes", transfer.ErrInvalidArgument)
+	}
+	p := &b[0]
+	if err := r.check("cudaHostRegister", r.hostRegister(p, uint64(len(b)), 0)); err != nil {
+		return nil, fmt.Errorf("cuda: pin %d bytes of host memory: %w", len(b), err)
+	}
+	return func() error { return r.check("cudaHostUnregister", r.hostUnregister(p)) }, nil
+}
 
 // driverLibrary is the CUDA driver library every CUDA installation has.
 const driverLibrary = "libcuda.so.1"

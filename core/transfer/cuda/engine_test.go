@@ -233,7 +233,7 @@ func runEngines(t *testing.T, rt *Runtime, tc engineCase) {
 
 // fakeHooks are the stand-in library's test hooks.
 type fakeHooks struct {
-	count       func(c int32) int64 // 5 IPC opens, 6 IPC closes
+	count       func(c int32) int64 // 5 IPC opens, 6 IPC closes, 8 pinned copies, 9 host registrations
 	failIpcOpen func(on int32)
 }
 
@@ -261,9 +261,14 @@ func TestFakeEngines(t *testing.T) {
 				f.failIpcOpen(1)
 				defer f.failIpcOpen(0)
 			}
-			opens, closes := f.count(5), f.count(6)
+			opens, closes, pinned := f.count(5), f.count(6), f.count(8)
 			runEngines(t, rt, tc)
 			dOpen, dClose := f.count(5)-opens, f.count(6)-closes
+			// Over tcp the device side stages through the engine's pinned
+			// slices: at least the 3 slices of one 4 MiB+ request.
+			if dp := f.count(8) - pinned; tc.ipc == ipcNo && !tc.sameHost && dp < 3 {
+				t.Errorf("%d host<->device copies from pinned memory, want >= 3", dp)
+			}
 			if wantOpen := map[bool]int64{true: 1}[tc.ipc == ipcYes]; dOpen != wantOpen || dClose != dOpen {
 				t.Errorf("IPC handles: %d opened, %d closed; want %d each", dOpen, dClose, wantOpen)
 			}

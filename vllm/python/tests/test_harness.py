@@ -2,6 +2,7 @@
 content checks: every loaded token's KV must equal what the engine
 computes for it, on every TP rank, in each of vLLM's KV cache layouts."""
 
+import os
 import types
 
 import numpy as np
@@ -279,11 +280,11 @@ def test_register_refuses_layouts_it_cannot_address(pool):
 
     f16 = np.float16
     fa = np.zeros((2, 8, 16, 2, 8), f16)
-    assert regions_of({"l": fa}) == [(fa.ctypes.data, 512, 8, 0), (fa.ctypes.data + 8 * 512, 512, 8, 0)]
+    assert regions_of({"l": fa}) == [(fa.ctypes.data, 512, 8, 0, -1), (fa.ctypes.data + 8 * 512, 512, 8, 0, -1)]
     fi = np.zeros((8, 2, 16, 2, 8), f16)
-    assert regions_of({"l": fi}, 8) == [(fi.ctypes.data, 1024, 8, 0)]
+    assert regions_of({"l": fi}, 8) == [(fi.ctypes.data, 1024, 8, 0, -1)]
     hnd = np.zeros((8, 2, 2, 16, 8), f16).transpose(0, 1, 3, 2, 4)  # HND storage, NHD view
-    assert regions_of({"l": hnd}, 8) == [(hnd.__array_interface__["data"][0], 1024, 8, 0)]
+    assert regions_of({"l": hnd}, 8) == [(hnd.__array_interface__["data"][0], 1024, 8, 0, -1)]
     bad = {
         "two blocks": ({"l": np.zeros((2, 2, 16, 2, 8), f16)}, None, "ambiguous"),
         "fortran order": ({"l": np.asfortranarray(np.zeros((2, 64, 16, 2, 8), f16))}, None, "slowest"),
@@ -297,6 +298,57 @@ def test_register_refuses_layouts_it_cannot_address(pool):
         with pytest.raises(LayoutError, match=msg):
             regions_of(caches, nb)
         assert what
+
+
+class _FakeDeviceTensor:
+    """A torch-like tensor on a device (type "cuda" with an index, or
+    another type) whose bytes are a numpy array's."""
+
+    def __init__(self, arr, dev_type, index):
+        self._a = arr
+        self.device = types.SimpleNamespace(type=dev_type, index=index)
+        self.shape = arr.shape
+
+    def data_ptr(self):
+        return self._a.ctypes.data
+
+    def element_size(self):
+        return self._a.itemsize
+
+    def stride(self):
+        return tuple(s // self._a.itemsize for s in self._a.strides)
+
+    def numel(self):
+        return self._a.size
+
+    def get_device(self):
+        return self.device.index
+
+
+def test_gpu_kv_caches(pool):
+    """CUDA tensors give regions with their device ordinal (every layout);
+    other devices are refused; without a CUDA runtime the library refuses
+    GPU caches with one clear message, and the connector stays usable."""
+    from mooncake_go.errors import MooncakeError
+    from mooncake_go.vllm.connector import LayoutError, regions_of
+
+    f16 = np.float16
+    fa = np.zeros((2, 8, 16, 2, 8), f16)
+    t = _FakeDeviceTensor(fa, "cuda", 1)
+    assert regions_of({"l": t}) == [(fa.ctypes.data, 512, 8, 0, 1), (fa.ctypes.data + 8 * 512, 512, 8, 0, 1)]
+    mla = np.zeros((8, 16, 576), f16)
+    assert regions_of({"a": _FakeDeviceTensor(mla, "cuda", 0)}, 8) == [(mla.ctypes.data, 16 * 576 * 2, 8, 0, 0)]
+    with pytest.raises(LayoutError, match="unsupported: KV caches on"):
+        regions_of({"l": _FakeDeviceTensor(fa, "xpu", 0)})
+    if os.environ.get("MC_CUDART_PATH"):
+        pytest.skip("a CUDA runtime is configured: the no-runtime refusal is not testable")
+    w = MooncakeGoConnector(vllm_config(pool, model="m-gpu"), KVConnectorRole.WORKER, types.SimpleNamespace(num_blocks=8))
+    try:
+        with pytest.raises(MooncakeError, match="unsupported: no CUDA runtime"):
+            w.register_kv_caches({"l": t})
+        w.wait_for_save()  # never registered on the GPU: no CUDA call
+    finally:
+        w.shutdown()
 
 
 def test_hooks_never_raise(pool):

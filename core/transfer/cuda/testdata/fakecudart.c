@@ -12,6 +12,8 @@
  * /proc/<pid>/fd/<fd>; opening a handle in the exporting process itself
  * returns the same memory (real CUDA refuses that).
  * cuMemGetAddressRange_v2 stands in for the driver call.
+ * cudaHostRegister records page-locked host ranges, so tests can count the
+ * copies that staged through pinned memory.
  * Built with: cc -shared -fPIC -o libfakecudart.so fakecudart.c
  * Not part of any Go build (testdata is ignored by the go tool).
  */
@@ -34,6 +36,8 @@ enum {
 	cudaErrorNoDevice = 100,
 	cudaErrorInvalidDevice = 101,
 	cudaErrorInvalidResourceHandle = 400,
+	cudaErrorHostMemoryAlreadyRegistered = 712,
+	cudaErrorHostMemoryNotRegistered = 713,
 };
 
 static __thread int current;
@@ -88,7 +92,7 @@ static struct alloc *untrack(void *p, int imported) {
 
 /* Counters read by tests: memcpy calls per kind, IPC opens and closes,
  * stream synchronisations. */
-enum { cntMemcpy = 0, cntIpcOpen = 5, cntIpcClose, cntSync, cntMax };
+enum { cntMemcpy = 0, cntIpcOpen = 5, cntIpcClose, cntSync, cntPinnedCopy, cntHostRegister, cntMax };
 static long counters[cntMax];
 static void count(int c) { __atomic_add_fetch(&counters[c], 1, __ATOMIC_RELAXED); }
 static int fail_ipc_open;
@@ -129,8 +133,48 @@ int cudaFree(void *p) {
 	free(a);
 	return cudaSuccess;
 }
+/* Page-locked host ranges (cudaHostRegister), guarded by the table lock. */
+struct pin { char *base; size_t size; struct pin *next; };
+static struct pin *pins;
+/* pinned reports whether [p, p+n) lies in one registered range. */
+static int pinned(const void *p, size_t n) {
+	lock();
+	int ok = 0;
+	for (struct pin *q = pins; q && !ok; q = q->next)
+		ok = (const char *)p >= q->base && (const char *)p + n <= q->base + q->size;
+	unlock();
+	return ok;
+}
+int cudaHostRegister(void *p, size_t n, unsigned int flags) {
+	if (!p || n == 0 || flags != 0) return cudaErrorInvalidValue;
+	if (is_device(p)) return cudaErrorInvalidValue;
+	struct pin *q = malloc(sizeof *q);
+	if (!q) return cudaErrorMemoryAllocation;
+	lock();
+	for (struct pin *o = pins; o; o = o->next)
+		if ((char *)p < o->base + o->size && o->base < (char *)p + n) { unlock(); free(q); return cudaErrorHostMemoryAlreadyRegistered; }
+	q->base = p;
+	q->size = n;
+	q->next = pins;
+	pins = q;
+	unlock();
+	count(cntHostRegister);
+	return cudaSuccess;
+}
+int cudaHostUnregister(void *p) {
+	lock();
+	struct pin **pp = &pins;
+	while (*pp && (*pp)->base != p) pp = &(*pp)->next;
+	struct pin *q = *pp;
+	if (q) *pp = q->next;
+	unlock();
+	if (!q) return cudaErrorHostMemoryNotRegistered;
+	free(q);
+	return cudaSuccess;
+}
 int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 	if (kind < 0 || kind > 4) return cudaErrorInvalidMemcpyDirection;
+	if ((kind == 1 && pinned(src, n)) || (kind == 2 && pinned(dst, n))) count(cntPinnedCopy);
 	if (kind != 4) {
 		int want_dst = kind == 1 || kind == 3, want_src = kind == 2 || kind == 3;
 		if (is_device(dst) != want_dst || is_device(src) != want_src) return cudaErrorInvalidValue;
@@ -218,13 +262,17 @@ const char *cudaGetErrorString(int e) {
 	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
 	case cudaErrorInvalidDevice: return "invalid device ordinal";
 	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+	case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+	case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
 	}
 	return "unrecognized error code";
 }
 /* Test hooks, not CUDA functions. */
 int fakecudartLastMallocDevice(void) { return last_malloc_device; }
 /* fakecudartCount returns counter c: 0-4 cudaMemcpy calls of that kind,
- * 5 IPC opens, 6 IPC closes, 7 stream synchronisations. */
+ * 5 IPC opens, 6 IPC closes, 7 stream synchronisations, 8 host<->device
+ * copies whose host side is page-locked (cudaHostRegister), 9
+ * cudaHostRegister calls. */
 long fakecudartCount(int c) { return c >= 0 && c < cntMax ? __atomic_load_n(&counters[c], __ATOMIC_RELAXED) : -1; }
 /* fakecudartFailIpcOpen makes cudaIpcOpenMemHandle fail while on != 0. */
 void fakecudartFailIpcOpen(int on) { __atomic_store_n(&fail_ipc_open, on, __ATOMIC_RELAXED); }

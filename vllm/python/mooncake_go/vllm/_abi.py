@@ -157,8 +157,11 @@ class Connector:
 
     # Worker side.
     def register_kv_caches(self, regions):
-        """regions: (base, block_bytes, num_blocks, layer) tuples."""
-        arr = (Region * len(regions))(*[Region(base, bb, nb, -1, layer) for base, bb, nb, layer in regions])
+        """regions: (base, block_bytes, num_blocks, layer[, device_id])
+        tuples; device_id -1 (the default) is host memory, N >= 0 GPU
+        memory of CUDA device N."""
+        rs = [tuple(r) + (-1,) if len(r) == 4 else tuple(r) for r in regions]
+        arr = (Region * len(rs))(*[Region(base, bb, nb, dev, layer) for base, bb, nb, layer, dev in rs])
         self._check(self._lib.mc_vllm_register_kv_caches(self._h, arr, len(regions)))
 
     def start_load(self, meta):

@@ -237,12 +237,17 @@ def _status_name(request):
 
 # Tensor access for register_kv_caches: torch tensors and numpy arrays.
 def _tensor_info(t):
-    """(data address, shape, byte strides, total bytes) of a tensor."""
+    """(data address, shape, byte strides, total bytes, device name, CUDA
+    ordinal or -1) of a tensor."""
     if hasattr(t, "data_ptr"):  # torch
         es = t.element_size()
-        return t.data_ptr(), tuple(t.shape), tuple(s * es for s in t.stride()), t.numel() * es, str(t.device)
+        dev = t.device
+        ordinal = -1
+        if dev.type == "cuda":
+            ordinal = dev.index if dev.index is not None else t.get_device()
+        return t.data_ptr(), tuple(t.shape), tuple(s * es for s in t.stride()), t.numel() * es, str(dev), ordinal
     iface = t.__array_interface__  # numpy and friends
-    return iface["data"][0], tuple(t.shape), tuple(t.strides), t.nbytes, "cpu"
+    return iface["data"][0], tuple(t.shape), tuple(t.strides), t.nbytes, "cpu", -1
 
 
 class LayoutError(_abi.MooncakeError):
@@ -263,24 +268,27 @@ def _dense_order(shape, strides, itemsize, nbytes):
 
 
 def regions_of(kv_caches, num_blocks=None):
-    """The (base, block_bytes, num_blocks, layer) regions of vLLM's
+    """The (base, block_bytes, num_blocks, layer, device_id) regions of vLLM's
     per-layer KV cache tensors, from their shapes and strides: one region
     for a blocks-first tensor ([num_blocks, ...]: FlashInfer, Triton, MLA),
     two for FlashAttention's [2, num_blocks, ...] (the K and V halves).
-    Tensors sharing storage are taken once, in layer order. Raises
+    Tensors sharing storage are taken once, in layer order. device_id is
+    -1 for host memory, the CUDA ordinal for GPU memory (the library moves
+    such blocks through pinned host staging). Raises
     LayoutError for a tensor that is not densely stored (a strided slice,
     Fortran order), whose blocks are not its slowest dimension, whose
     block count differs from num_blocks or the other layers', or whose
-    layout is ambiguous (two blocks of shape [2, 2, ...])."""
+    layout is ambiguous (two blocks of shape [2, 2, ...]), or that lives
+    on a device other than the CPU or a CUDA GPU."""
     regions, seen, count = [], set(), None
     for layer, (name, t) in enumerate(kv_caches.items()):
         try:
-            ptr, shape, strides, nbytes, device = _tensor_info(t)
+            ptr, shape, strides, nbytes, device, ordinal = _tensor_info(t)
             itemsize = t.element_size() if hasattr(t, "element_size") else t.itemsize
         except (AttributeError, TypeError, KeyError) as e:
             raise LayoutError(f"layer {name}: a {type(t).__name__} is not a tensor: {e}") from None
-        if not device.startswith("cpu"):
-            raise LayoutError(f"layer {name}: KV cache on {device}: unsupported: device KV caches (host only for now)")
+        if ordinal < 0 and not device.startswith("cpu"):
+            raise LayoutError(f"layer {name}: KV cache on {device}: unsupported: KV caches on {device} (host memory and CUDA GPUs only)")
         if nbytes == 0 or not shape:
             raise LayoutError(f"layer {name}: empty KV cache tensor of shape {shape}")
         if (ptr, nbytes) in seen:
@@ -303,11 +311,20 @@ def regions_of(kv_caches, num_blocks=None):
             raise LayoutError(f"layer {name}: blocks are not the slowest dimension of shape {shape}, strides {strides}")
         block_bytes = strides[block_dim]
         if flash:
-            regions.append((ptr, block_bytes, nb, layer))
-            regions.append((ptr + strides[0], block_bytes, nb, layer))
+            regions.append((ptr, block_bytes, nb, layer, ordinal))
+            regions.append((ptr + strides[0], block_bytes, nb, layer, ordinal))
         else:
-            regions.append((ptr, block_bytes, nb, layer))
+            regions.append((ptr, block_bytes, nb, layer, ordinal))
     return regions
+
+
+def _sync_cuda():
+    """Waits for the CUDA work queued on the current stream (the forward's
+    writes to the KV cache) before the library's copies read the blocks:
+    they run on their own and do not order after vLLM's streams."""
+    import torch  # only reached with GPU KV caches, where torch is loaded
+
+    torch.cuda.current_stream().synchronize()
 
 
 def check_layout(kv_caches, resolved):
@@ -580,7 +597,9 @@ class MooncakeGoConnector(KVConnectorBase_V1):
     # ---- worker side ----------------------------------------------------
 
     def register_kv_caches(self, kv_caches):
-        """Registers vLLM's per-layer KV cache tensors (host memory). A
+        """Registers vLLM's per-layer KV cache tensors (host or CUDA GPU
+        memory; GPU caches need libcudart, else the call fails with
+        "unsupported: no CUDA runtime"). A
         startup call: a tensor this connector cannot address, or one whose
         byte order differs from the layout in its keys, raises LayoutError
         so the engine stops with the reason instead of mixing layouts in
@@ -590,7 +609,9 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         if resolved and not self._settings["kv_connector_extra_config"].get("mc_layout"):
             check_layout(kv_caches, resolved)
         self._layer_index = {name: i for i, name in enumerate(kv_caches)}
-        self._c.register_kv_caches(regions_of(kv_caches, nb))
+        regions = regions_of(kv_caches, nb)
+        self._c.register_kv_caches(regions)
+        self._on_gpu = any(r[4] >= 0 for r in regions)
         self._log_pool_error()
 
     def _log_pool_error(self):
@@ -640,10 +661,17 @@ class MooncakeGoConnector(KVConnectorBase_V1):
         Otherwise whole blocks are saved after the forward (wait_for_save)."""
         if not self._layerwise:
             return None
+        if getattr(self, "_on_gpu", False):
+            _sync_cuda()  # the layer's kernels are queued, not done
         self._c.save_layer(self._layer_index.get(layer_name, -1))
 
     @_safe(None)
     def wait_for_save(self):
+        """The forward is over: this step's saves start (in the
+        background). With GPU KV caches the forward's CUDA work is waited
+        for first, so the saves read the blocks it wrote."""
+        if getattr(self, "_on_gpu", False):
+            _sync_cuda()
         self._c.wait_for_save()
 
     @_safe((None, None))

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The run half of the GPU check (copied into the bundle as run.sh by
+# scripts/gpu-check.sh build): runs the GPU tests and benchmarks of the
+# bundled test binaries against the bundled libcudart.so.12 (or
+# $MC_CUDART_PATH), printing one "PASS|FAIL|SKIP <test>" line per test and
+# one "GBPS <transfer> <size> <GB/s>" line per measured transfer, then
+# "gpu-check: PASS" or "gpu-check: FAIL" (also when a binary ran no GPU
+# test: on a GPU host a skip means the runtime or the device was not
+# found). Needs only the NVIDIA driver
+# (libcuda.so.1); every binary is bounded by a timeout (total < 5 min).
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+export MC_CUDART_PATH=${MC_CUDART_PATH:-$here/lib/libcudart.so.12}
+export LD_LIBRARY_PATH=$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+status=0
+
+# GPU tests: every TestGPU* of each binary, verbose, 120 s each at most.
+for bin in "$here"/bin/*.test; do
+	name=$(basename "$bin" .test)
+	out=$log/$name.txt
+	timeout 150 "$bin" -test.run '^TestGPU' -test.v -test.timeout 120s >"$out" 2>&1
+	rc=$?
+	grep -E '^\s*--- (PASS|FAIL|SKIP): TestGPU' "$out" |
+		sed -E "s/^\s*--- (PASS|FAIL|SKIP): ([^ ]+) \(([^)]*)\)/\1 $name.\2 (\3)/"
+	if [ $rc -ne 0 ]; then
+		status=1
+		echo "FAIL $name (exit $rc); its output:"
+		tail -40 "$out" | sed 's/^/    /'
+	elif ! grep -qE -- '--- PASS: TestGPU' "$out"; then
+		status=1 # on a GPU host every GPU test must run
+		echo "FAIL $name: no GPU test ran (all skipped:"
+		grep -E -B1 -- '--- SKIP' "$out" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | sed -E 's/^\s*[^ ]+:[0-9]+: //' | sort -u | head -3 | sed 's/^/    /'
+		echo "    )"
+	fi
+done
+
+# Throughput: BenchmarkGPUTransfers, 1 MiB and 64 MiB, MB/s -> GB/s.
+bench=$here/bin/core-transfer-cuda.test
+if [ -x "$bench" ]; then
+	out=$log/bench.txt
+	if timeout 120 "$bench" -test.run '^$' -test.bench '^BenchmarkGPUTransfers$' -test.benchtime 2s >"$out" 2>&1; then
+		awk '/^BenchmarkGPUTransfers\// {
+			split($1, p, "/"); sz = p[3]; sub(/-[0-9]+$/, "", sz)
+			for (i = 2; i <= NF; i++) if ($(i+1) == "MB/s") printf "GBPS %-20s %-6s %7.2f GB/s\n", p[2], sz, $i / 1000
+		}' "$out"
+		grep -q '^BenchmarkGPUTransfers/' "$out" || {
+			status=1
+			echo "FAIL BenchmarkGPUTransfers skipped:"
+			grep -E -B1 -- '--- SKIP' "$out" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | head -2 | sed 's/^/    /'
+		}
+	else
+		status=1
+		echo "FAIL BenchmarkGPUTransfers; its output:"
+		tail -30 "$out" | sed 's/^/    /'
+	fi
+fi
+
+if [ $status -eq 0 ]; then echo "gpu-check: PASS"; else echo "gpu-check: FAIL"; fi
+exit $status
