@@ -325,6 +325,21 @@ class _FakeDeviceTensor:
         return self.device.index
 
 
+def test_check_layout_reads_the_tensors_order():
+    """check_layout (what real vLLM reaches with a resolved
+    kv_cache_layout) accepts a 4-D tensor stored in the named order and
+    refuses one stored otherwise, naming both."""
+    from mooncake_go.vllm.connector import LayoutError, check_layout
+
+    f16 = np.float16
+    bhnc = np.zeros((4, 2, 16, 8), f16)  # blocks, heads, tokens, content
+    check_layout({"l": bhnc}, "LBHNC")
+    bnhc = np.zeros((4, 16, 2, 8), f16).transpose(0, 2, 1, 3)  # BNHC storage, BHNC view
+    check_layout({"l": bnhc}, "LBNHC")
+    with pytest.raises(LayoutError, match="stored as BNHC, but kv_cache_config.kv_cache_layout is LBHNC"):
+        check_layout({"l": bnhc}, "LBHNC")
+
+
 def test_gpu_kv_caches(pool):
     """CUDA tensors give regions with their device ordinal (every layout);
     other devices are refused; without a CUDA runtime the library refuses

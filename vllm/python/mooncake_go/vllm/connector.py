@@ -337,7 +337,7 @@ def check_layout(kv_caches, resolved):
     want = [d for d in resolved if d != "L"]
     for name, t in kv_caches.items():
         try:
-            _, shape, strides, _, _ = _tensor_info(t)
+            _, shape, strides = _tensor_info(t)[:3]
         except (AttributeError, TypeError, KeyError):
             continue  # regions_of names it
         if len(shape) != 4:
