@@ -94,6 +94,8 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
 	rc := c.replicaConfig(opts)
+	sg := stagesOf(ctx)
+	t0 := time.Now()
 	results, err := chunked(keys, "put start", func(lo, hi int) ([]*pb.PutStartResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
@@ -129,7 +131,9 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		w.n = len(reqs) - w.first
 		writes = append(writes, w)
 	}
+	t0 = sg.since(StagePutStart, t0)
 	st, terr := c.run(ctx, reqs)
+	t0 = sg.since(StageWrite, t0)
 	var done, revoke []string
 	var doneIdx, revokeIdx []int
 	for _, w := range writes {
@@ -150,6 +154,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		}
 	}
 	c.finish(ctx, c.rpc.BatchPutEnd, "put end", done, doneIdx, errs)
+	sg.since(StagePutEnd, t0)
 	if opts != nil && opts.OnPartial != nil {
 		asked := int(c.replicaConfig(opts).ReplicaNum)
 		for _, w := range writes {
@@ -255,6 +260,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	}
 	granted := time.Now() // every lease starts no earlier than this
 	results, err := c.replicaLists(ctx, keys)
+	stagesOf(ctx).since(StageReplicaList, granted)
 	if err != nil {
 		// The keys of the chunks answered are read; the rest fail.
 		fill(errs[len(results):], err)
@@ -326,7 +332,10 @@ func (c *Client) readReplicas(ctx context.Context, keys []string, results []*pb.
 		reqs = append(reqs, rs...)
 		idx = append(idx, span{i, len(reqs) - len(rs), len(rs), rep})
 	}
+	sg := stagesOf(ctx)
+	t0 := time.Now()
 	st, terr := c.run(ctx, reqs)
+	sg.since(StageRead, t0)
 	for _, sp := range idx {
 		i := sp.key
 		r := results[i]
