@@ -142,6 +142,7 @@ type Client struct {
 	id      string
 	conn    *grpc.ClientConn
 	rpc     pb.MasterClient
+	sess    *session // put/get calls multiplexed on one stream (session.go)
 	engine  *transfer.Engine
 	segment *memory.Region // contributed DRAM, or nil
 	segID   string
@@ -216,6 +217,8 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		return nil, err
 	}
 	c.rpc = pb.NewMasterClient(c.conn)
+	_, viaEtcd := etcdEndpoints(cfg.MasterAddr)
+	c.sess = newSession(c.conn, c.rpc, viaEtcd)
 	if _, err := c.ping(ctx); err != nil {
 		return nil, err
 	}
@@ -468,6 +471,9 @@ func (c *Client) teardown() {
 	}
 	if c.local != nil {
 		c.local.Close()
+	}
+	if c.sess != nil {
+		c.sess.close()
 	}
 	if c.conn != nil {
 		c.conn.Close()

@@ -99,7 +99,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 	results, err := chunked(keys, "put start", func(lo, hi int) ([]*pb.PutStartResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
-		resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi]), Sizes: sizes[lo:hi], Config: rc})
+		resp, err := c.batchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi]), Sizes: sizes[lo:hi], Config: rc})
 		if err != nil {
 			return nil, rpcErr("put start", err)
 		}
@@ -153,7 +153,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 			revoke, revokeIdx = append(revoke, keys[w.key]), append(revokeIdx, w.key)
 		}
 	}
-	c.finish(ctx, c.rpc.BatchPutEnd, "put end", done, doneIdx, errs)
+	c.finish(ctx, c.batchPutEnd, "put end", done, doneIdx, errs)
 	sg.since(StagePutEnd, t0)
 	if opts != nil && opts.OnPartial != nil {
 		asked := int(c.replicaConfig(opts).ReplicaNum)
@@ -165,7 +165,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 	}
 	// Revoke failures are reported but the write error stays the cause.
 	rerrs := make([]error, len(keys))
-	c.finish(ctx, c.rpc.BatchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
+	c.finish(ctx, c.batchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
 	return errs
 }
 
@@ -275,7 +275,7 @@ func (c *Client) replicaLists(ctx context.Context, keys []string) ([]*pb.GetRepl
 	return chunked(keys, "get replica list", func(lo, hi int) ([]*pb.GetReplicaListResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
-		resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
+		resp, err := c.batchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
 		if err != nil {
 			return nil, rpcErr("get replica list", err)
 		}
@@ -571,7 +571,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, opts *PutOpt
 // miss is OBJECT_NOT_FOUND).
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}})
+	resp, err := c.batchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}})
 	cancel()
 	if err != nil {
 		return nil, rpcErr("get replica list", err)
