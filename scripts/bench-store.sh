@@ -120,9 +120,16 @@ for size in sizes:
     line("raw engine tcp read", (size, "raw", "read"))
     g = lambda k: med([x[1] for x in data[k]])
     p99 = lambda k: med([x[3] for x in data[k]])
-    print(f"  ours tcp / raw engine tcp: put {g((size, 'tcp', 'put')) / g((size, 'raw', 'write')):.2f} x write, "
-          f"get {g((size, 'tcp', 'get')) / g((size, 'raw', 'read')):.2f} x read; "
-          f"p99 ours tcp put / redis SET: {p99((size, 'tcp', 'put')) / p99((size, 'redis', 'SET')):.2f} x")
+    # Ratios within each round (the two ran a few seconds apart), then
+    # their median: steadier than a ratio of medians when the load drifts.
+    def per_round(a, b, i=1):
+        rs = [x[i] / y[i] for x, y in zip(data[a], data[b])]
+        return f"{med(rs):.2f} x [{' '.join('%.2f' % r for r in rs)}]"
+    print(f"  per-round ratios, median [each round]: tcp put / SET {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'))}, "
+          f"tcp get / GET {per_round((size, 'tcp', 'get'), (size, 'redis', 'GET'))}")
+    print(f"    tcp put / raw write {per_round((size, 'tcp', 'put'), (size, 'raw', 'write'))}, "
+          f"tcp get / raw read {per_round((size, 'tcp', 'get'), (size, 'raw', 'read'))}, "
+          f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
     print(size, g((size, "shm", "put")), g((size, "shm", "get")), g((size, "tcp", "put")), g((size, "tcp", "get")), file=ours)
 PY
 
