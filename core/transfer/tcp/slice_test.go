@@ -13,7 +13,7 @@ func TestSliceFor(t *testing.T) {
 	def := &peer{cfg: New(Config{}).cfg}
 	for _, tc := range []struct{ size, want int }{
 		{4 << 10, 64 << 10}, {64 << 10, 64 << 10}, {256 << 10, 64 << 10}, {1 << 20, 256 << 10},
-		{512 << 10, 128 << 10}, {(512 << 10) + 8192, 132 << 10}, {4 << 20, 256 << 10}, {64 << 20, 256 << 10},
+		{(1 << 20) + 8192, 260 << 10}, {4 << 20, 1 << 20}, {64 << 20, 1 << 20},
 	} {
 		assert.Equal(t, tc.want, def.sliceFor(tc.size), "default config, %d-byte request", tc.size)
 	}

@@ -113,8 +113,7 @@ type Config struct {
 	// than MaxSliceSize. Fewer slices are fewer frames, acknowledgements
 	// and system calls per byte: on the 2-core development machine 1 MiB
 	// store puts over loopback ran about 1.4x as fast with 256 KiB slices
-	// as with 64 KiB ones, while 1 MiB slices made 4 MiB gets slower
-	// than 64 KiB ones. Default 256 KiB when SliceSize is left at its
+	// as with 64 KiB ones. Default 1 MiB when SliceSize is left at its
 	// default, else SliceSize (every slice SliceSize, as upstream). Ours:
 	// upstream always cuts MC_TCP_SLICE_SIZE slices; the wire format does
 	// not change (a slice is a request of any length).
@@ -158,7 +157,7 @@ func New(cfg Config) *Transport {
 	if cfg.MaxSliceSize <= 0 {
 		cfg.MaxSliceSize = cfg.SliceSize
 		if cfg.SliceSize <= 0 {
-			cfg.MaxSliceSize = 256 << 10
+			cfg.MaxSliceSize = 1 << 20
 		}
 	}
 	if cfg.SliceSize <= 0 {
