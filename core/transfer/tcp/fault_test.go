@@ -117,13 +117,11 @@ func pattern(n int) []byte {
 
 // TestSlicesRetriedOnFreshConnections: every connection dies after about
 // 300 KiB; a 4 MiB write still completes and lands intact because broken
-// slices are resent on new connections. Slices are fixed at 64 KiB
-// (SliceSize set): a slice larger than what a connection carries before
-// it dies could never land.
+// slices are resent on new connections.
 func TestSlicesRetriedOnFreshConnections(t *testing.T) {
 	tr, r := target(t, 8<<20)
 	px := startProxy(t, tr.Addr().String(), func(int64) int64 { return 300 << 10 })
-	p := dialVia(t, Config{Stripe: 2, Window: 4, SliceSize: 64 << 10}, px.ln.Addr().String())
+	p := dialVia(t, Config{Stripe: 2, Window: 4}, px.ln.Addr().String())
 	src := pattern(4 << 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -738,7 +738,7 @@ func (p *peer) doJob(ctx context.Context, j *job, op transfer.Opcode, remoteAddr
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	j.op, j.remote, j.slice, j.limit = op, remoteAddr, p.sliceFor(j.size), p.cfg.RetryCount
+	j.op, j.remote, j.slice, j.limit = op, remoteAddr, p.cfg.SliceSize, p.cfg.RetryCount
 	j.count = (j.size + j.slice - 1) / j.slice
 	if j.count > 1 {
 		if tail := j.size - (j.count-1)*j.slice; tail <= j.slice/4 {
@@ -751,14 +751,6 @@ func (p *peer) doJob(ctx context.Context, j *job, op transfer.Opcode, remoteAddr
 		j.idx = append(j.idx, i)
 	}
 	return p.run(ctx, j)
-}
-
-// sliceFor is the slice length for a request of size bytes: two slices
-// per striped connection, rounded up to 4 KiB, within [SliceSize,
-// MaxSliceSize] (see Config.MaxSliceSize).
-func (p *peer) sliceFor(size int) int {
-	n := (size/(2*p.cfg.Stripe) + 4095) &^ 4095
-	return min(max(n, p.cfg.SliceSize), p.cfg.MaxSliceSize)
 }
 
 // run deals j.idx, then waits, dealing lost slices again, until every

@@ -21,8 +21,7 @@
 // whose first chunk already went out drops the connection instead). Host
 // ranges never take this path.
 //
-// A request is cut into slices (SliceSize, default 64 KiB as upstream;
-// larger for large requests, up to MaxSliceSize: two per connection) that
+// A request is cut into slices (SliceSize, default 64 KiB as upstream) that
 // are dealt over up to Stripe connections of a per-peer pool (opened
 // lazily, at most MaxConnsPerPeer open, idle ones closed after IdleTimeout).
 // Connections are multiplexed: one carries slices of any number of
@@ -106,18 +105,6 @@ type Config struct {
 	// (upstream MC_TCP_SLICE_SIZE). A tail of at most SliceSize/4 is merged
 	// into the previous slice (upstream MC_FRAGMENT_RATIO 4).
 	SliceSize int
-	// MaxSliceSize lets a large request be cut into fewer, larger slices:
-	// a request of n bytes is cut into slices of n/(2*Stripe) bytes (two
-	// per connection it is striped over, so each connection pipelines),
-	// rounded up to 4 KiB, but never smaller than SliceSize nor larger
-	// than MaxSliceSize. Fewer slices are fewer frames, acknowledgements
-	// and system calls per byte: on the 2-core development machine 1 MiB
-	// store puts over loopback ran about 1.4x as fast with 256 KiB slices
-	// as with 64 KiB ones. Default 1 MiB when SliceSize is left at its
-	// default, else SliceSize (every slice SliceSize, as upstream). Ours:
-	// upstream always cuts MC_TCP_SLICE_SIZE slices; the wire format does
-	// not change (a slice is a request of any length).
-	MaxSliceSize int
 	// Stripe is how many connections one request's slices are spread over;
 	// default 2.
 	Stripe int
@@ -154,16 +141,9 @@ func New(cfg Config) *Transport {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 30 * time.Second
 	}
-	if cfg.MaxSliceSize <= 0 {
-		cfg.MaxSliceSize = cfg.SliceSize
-		if cfg.SliceSize <= 0 {
-			cfg.MaxSliceSize = 1 << 20
-		}
-	}
 	if cfg.SliceSize <= 0 {
 		cfg.SliceSize = 64 << 10
 	}
-	cfg.MaxSliceSize = max(cfg.MaxSliceSize, cfg.SliceSize)
 	if cfg.Stripe <= 0 {
 		cfg.Stripe = 2
 	}
