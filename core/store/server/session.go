@@ -12,6 +12,10 @@ import (
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
 
+// maxSessionCalls bounds the calls of one Session stream running at once,
+// so that one client cannot start unbounded work on the master.
+const maxSessionCalls = 256
+
 // chainUnary runs h inside the interceptors, first outermost, as
 // grpc.ChainUnaryInterceptor does for unary calls.
 func chainUnary(ics []grpc.UnaryServerInterceptor) func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -30,7 +34,9 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) func(ctx context.Context, req
 // the stream's context bounded by the request's timeout_ms, and its
 // result or error is sent back with the request's id. A request naming no
 // call is answered InvalidArgument. The stream ends when the client
-// closes it (its calls still running finish first) or fails.
+// closes it (its calls still running finish first) or fails. At most
+// maxSessionCalls of a stream's calls run at once; further requests wait
+// unread (gRPC flow control then holds the client back).
 func (s *Server) Session(stream pb.Master_SessionServer) error {
 	var (
 		wg     sync.WaitGroup
@@ -38,14 +44,21 @@ func (s *Server) Session(stream pb.Master_SessionServer) error {
 	)
 	defer wg.Wait()
 	ctx := stream.Context()
+	slots := make(chan struct{}, maxSessionCalls)
 	for {
 		req, err := stream.Recv()
 		if err != nil {
 			return nil // io.EOF: the client is done; anything else ended the stream
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			resp := s.sessionCall(ctx, req)
 			sendMu.Lock()
 			_ = stream.Send(resp) // a failed send ends the stream; Recv sees it
