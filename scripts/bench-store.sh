@@ -3,10 +3,26 @@
 # Debian, on 127.0.0.1, no persistence) with redis-benchmark SET/GET, then
 # the pool (mooncake bench store: in-process master and 2 nodes) put/get of
 # the same value sizes with the same concurrency, with the transport the
-# engine picks by default on one host (shm) and tcp only, and prints our
-# figures as ratios of redis's. GB/s = ops/s x value size / 1e9. The two
-# alternate for ROUNDS rounds and the medians are compared, so that load
-# from other processes hits both alike.
+# engine picks by default on one host (shm) and tcp only, and the raw
+# transfer engine over tcp (mooncake bench transfer: one request of the
+# value size per op, the same number of threads), and prints our figures
+# as ratios of redis's and of the raw engine's. GB/s = ops/s x value size /
+# 1e9. They alternate for ROUNDS rounds and the medians are compared, so
+# that load from other processes hits all alike; the load average is
+# printed at start and end.
+#
+# Keys: ours are distinct (every put a new key, gets over the newest keys
+# still in the pool). redis-benchmark reuses one key unless given -r, so
+# it runs with -r <pool bytes / value size>: random keys over a keyspace
+# the size of our pool (1 GiB), SET overwriting and GET reading them (a
+# GET of a key no SET chose yet, about 2% of them after the SET test,
+# answers nil without a value: redis's GET figure is a little flattered).
+#
+# Then, where the upstream wheel is installed, upstream's master and store
+# clients on tcp with the same sizes and clients (ours tcp / upstream and
+# ours default / upstream), and (LARGE, default 1GiB; empty = skip) one
+# large value over shm on a pool of 2 x 1.5 GiB against memcpy of the same
+# size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/mooncake}
@@ -14,6 +30,8 @@ DUR=${DUR:-3}          # seconds per measured phase of ours
 CLIENTS=${CLIENTS:-4}  # concurrency of both
 SIZES=${SIZES:-"1MiB 4MiB"}
 ROUNDS=${ROUNDS:-3}    # rounds alternating redis and ours; medians are printed
+POOL=$((1 << 30))      # bytes of our in-process pool (2 nodes x 512 MiB): redis's keyspace
+LARGE=${LARGE-1GiB}    # one large shm value against memcpy; empty = skip
 
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -26,9 +44,11 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 fi
 [ -x "$BIN" ] || go build -o "$BIN" ./core/cmd/mooncake
 
-bytes_of() { case "$1" in *MiB) echo $(( ${1%MiB} << 20 ));; *KiB) echo $(( ${1%KiB} << 10 ));; *) echo "$1";; esac; }
+bytes_of() { case "$1" in *GiB) echo $(( ${1%GiB} << 30 ));; *MiB) echo $(( ${1%MiB} << 20 ));; *KiB) echo $(( ${1%KiB} << 10 ));; *) echo "$1";; esac; }
 # requests per redis-benchmark test: about 4 GB moved, a few seconds each
 requests_of() { echo $(( (4000 << 20) / $1 )); }
+keys_of() { echo $(( POOL / $1 )); }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 rdir=$(mktemp -d)
@@ -41,6 +61,7 @@ for _ in $(seq 100); do  # wait (bounded) until it answers
   sleep 0.05
 done
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port (--save '' --appendonly no); $(nproc) CPUs"
+echo "load average at start: $(loadavg)"
 
 # One round: redis-benchmark SET/GET, then ours with shm, then tcp only;
 # each appends "size who op ops_per_s gbps p50_ms p99_ms" lines to $rows.
@@ -49,26 +70,33 @@ round() {
   local size=$1 b n csv
   b=$(bytes_of "$size")
   n=$(requests_of "$b")
-  csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -d "$b" -t set,get -q --csv)
+  csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -d "$b" -r "$(keys_of "$b")" -t set,get -q --csv)
   echo "$csv" | awk -F'"' -v s="$size" -v b="$b" '$2=="SET"||$2=="GET"{printf "%s redis %s %s %.6f %s %s\n", s, $2, $4, $4*b/1e9, $10, $14}' >>"$rows"
   for proto in shm tcp; do
     "$BIN" bench store --protocol "$proto" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
       python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
 for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"])' "$size" "$proto" >>"$rows"
   done
+  for op in write read; do
+    "$BIN" bench transfer --protocol tcp --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); s,op=sys.argv[1],sys.argv[2]
+print(s, "raw", op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" >>"$rows"
+  done
 }
 
 for size in $SIZES; do
   b=$(bytes_of "$size")
-  echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -t set,get -q --csv"
+  echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -r $(keys_of "$b") -t set,get -q --csv"
   echo "value $size: $BIN bench store --protocol shm|tcp --value-size $size --clients $CLIENTS --duration ${DUR}s"
+  echo "value $size: $BIN bench transfer --protocol tcp --operation write|read --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s"
   for r in $(seq "$ROUNDS"); do round "$size"; done
 done
 
+echo "load average after ours and redis: $(loadavg)"
 python3 - "$rows" "$CLIENTS" "$ROUNDS" "$rdir/ours" <<'PY'
 import statistics, sys
 rows, clients, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ours = open(sys.argv[4], "w")  # "size put_gbps get_gbps" of ours, default (shm), medians
+ours = open(sys.argv[4], "w")  # "size put_gbps get_gbps tcp_put_gbps tcp_get_gbps" of ours, medians
 data = {}
 for line in open(rows):
     size, who, op, ops, gbps, p50, p99 = line.split()
@@ -76,7 +104,7 @@ for line in open(rows):
 med = lambda xs: statistics.median(xs)
 sizes = list(dict.fromkeys(k[0] for k in data))
 for size in sizes:
-    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp)")
+    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp, raw engine tcp)")
     def line(label, key, base=None):
         xs = data[key]
         g = med([x[1] for x in xs])
@@ -88,7 +116,21 @@ for size in sizes:
     for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only")):
         line(f"{label} put", (size, proto, "put"), (size, "redis", "SET"))
         line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
-    print(size, med([x[1] for x in data[(size, "shm", "put")]]), med([x[1] for x in data[(size, "shm", "get")]]), file=ours)
+    line("raw engine tcp write", (size, "raw", "write"))
+    line("raw engine tcp read", (size, "raw", "read"))
+    g = lambda k: med([x[1] for x in data[k]])
+    p99 = lambda k: med([x[3] for x in data[k]])
+    # Ratios within each round (the two ran a few seconds apart), then
+    # their median: steadier than a ratio of medians when the load drifts.
+    def per_round(a, b, i=1):
+        rs = [x[i] / y[i] for x, y in zip(data[a], data[b])]
+        return f"{med(rs):.2f} x [{' '.join('%.2f' % r for r in rs)}]"
+    print(f"  per-round ratios, median [each round]: tcp put / SET {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'))}, "
+          f"tcp get / GET {per_round((size, 'tcp', 'get'), (size, 'redis', 'GET'))}")
+    print(f"    tcp put / raw write {per_round((size, 'tcp', 'put'), (size, 'raw', 'write'))}, "
+          f"tcp get / raw read {per_round((size, 'tcp', 'get'), (size, 'raw', 'read'))}, "
+          f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
+    print(size, g((size, "shm", "put")), g((size, "shm", "get")), g((size, "tcp", "put")), g((size, "tcp", "get")), file=ours)
 PY
 
 # Upstream's store, where the upstream wheel is installed (.venv-bench, from
@@ -111,11 +153,29 @@ for size in $SIZES; do
     echo "upstream store: failed: $(tail -n 20 "$rdir/upstream.err")"
     continue
   fi
-  read -r _ our_put our_get < <(awk -v s="$size" '$1==s' "$rdir/ours")
+  read -r _ our_put our_get tcp_put tcp_get < <(awk -v s="$size" '$1==s' "$rdir/ours")
   python3 -c 'import json,sys
-d=json.loads(sys.argv[1]); op,og=float(sys.argv[2]),float(sys.argv[3]); p,g=d["put"],d["get"]
+d=json.loads(sys.argv[1]); op,og,tp,tg=map(float, sys.argv[2:6]); p,g=d["put"],d["get"]
 for k,x in (("put",p),("get",g)):
     print("  upstream store %s  %9.1f ops/s %7.3f GB/s  p50 %6.3f ms p99 %7.3f ms%s" % (k, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"],
           "  (%d refused)" % x["errors"] if x["errors"] else ""))
-print("upstream store put/get: %.3f/%.3f GB/s; ours (default) = %.2f x / %.2f x upstream" % (p["gbps"], g["gbps"], op/p["gbps"], og/g["gbps"]))' "$up" "$our_put" "$our_get"
+print("upstream store put/get (tcp): %.3f/%.3f GB/s; ours tcp = %.2f x / %.2f x upstream (same transport); ours default (shm) = %.2f x / %.2f x" % (
+    p["gbps"], g["gbps"], tp/p["gbps"], tg/g["gbps"], op/p["gbps"], og/g["gbps"]))' "$up" "$our_put" "$our_get" "$tcp_put" "$tcp_get"
 done
+
+# One large value over shm (the same-host path) against memcpy of the
+# same size: a pool of 2 nodes x 1.5 GiB, one client, the default warmup
+# (writes the pool once, so segments are faulted in as in steady state).
+if [ -n "$LARGE" ]; then
+  lb=$(bytes_of "$LARGE")
+  echo
+  echo "value $LARGE: $BIN bench store --protocol shm --value-size $LARGE --segment-size $((lb * 3 / 2)) --clients 1 --ops 6; $BIN bench memcpy --block_size $LARGE --total $LARGE --duration ${DUR}s"
+  large=$("$BIN" bench store --protocol shm --value-size "$LARGE" --segment-size "$((lb * 3 / 2))" --clients 1 --ops 6 --json)
+  mc=$("$BIN" bench memcpy --block_size "$LARGE" --total "$LARGE" --duration "${DUR}s" --json)
+  python3 -c 'import json,sys
+d=json.loads(sys.argv[1]); m=json.loads(sys.argv[2])["gbps"]
+print("  memcpy %s single thread     %7.3f GB/s" % (sys.argv[3], m))
+for op in ("put","get"):
+    x=d[op]; print("  ours shm %s %s    %7.3f GB/s = %.2f x memcpy (p50 %.1f ms)" % (op, sys.argv[3], x["gbps"], x["gbps"]/m, x["p50_ms"]))' "$large" "$mc" "$LARGE"
+fi
+echo "load average at end: $(loadavg)"

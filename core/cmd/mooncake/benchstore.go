@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -21,11 +22,26 @@ import (
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
+// startCPUProfile starts the Go CPU profiler writing to path; the
+// returned func stops it and closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 func benchStoreCmd() *cobra.Command {
 	var valueSize, segSize, protocol, masterAddr, metaURL, bind string
 	var clients, nodes, ops int
 	var duration, warmup time.Duration
-	var fill, jsonOut bool
+	var fill, jsonOut, stages bool
+	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "store",
 		Short: "Pool put/get throughput and latency with N concurrent clients (redis-benchmark style); by default on a pool started in this process",
@@ -109,8 +125,15 @@ evicting as a full cache does.`,
 				}
 				cls = append(cls, cl)
 			}
+			if cpuProfile != "" {
+				stopProfile, err := startCPUProfile(cpuProfile)
+				if err != nil {
+					return usageOf("bench store", "--cpuprofile: %v", err)
+				}
+				defer stopProfile()
+			}
 			res, err := storebench.Run(ctx, cls, storebench.Config{
-				ValueSize: int(vs), Ops: ops, Duration: duration, Warmup: warmup, WarmupFill: fill,
+				ValueSize: int(vs), Ops: ops, Duration: duration, Warmup: warmup, WarmupFill: fill, Stages: stages,
 			})
 			res.Protocol = protocol
 			if err != nil {
@@ -122,6 +145,11 @@ evicting as a full cache does.`,
 			line := func(op string, p storebench.Phase) {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s value %s clients %d: %9.1f ops/s %7.3f GB/s  p50 %.3f ms p99 %.3f ms  (%d ops in %.1f s)\n",
 					protocol, op, geometry.FormatSize(vs), res.Concurrency, p.OpsPerSec, p.GBps, p.P50Ms, p.P99Ms, p.Ops, p.ElapsedS)
+				for _, name := range []string{"put_start", "write", "put_end", "replica_list", "read", "other"} {
+					if st, ok := p.Stages[name]; ok {
+						fmt.Fprintf(cmd.OutOrStdout(), "  %-12s mean %7.3f ms  p50 %7.3f ms  p99 %7.3f ms\n", name, st.MeanMs, st.P50Ms, st.P99Ms)
+					}
+				}
 			}
 			line("put", res.Put)
 			line("get", res.Get)
@@ -142,5 +170,7 @@ evicting as a full cache does.`,
 	f.IntVar(&nodes, "nodes", 2, "storage nodes of the in-process pool")
 	f.StringVar(&segSize, "segment-size", "512MiB", "DRAM per storage node of the in-process pool")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
+	f.BoolVar(&stages, "stages", false, "also time each step of every operation (master RPCs, transfer) and print mean/p50/p99 per step")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the measured phases to this file (go tool pprof)")
 	return c
 }

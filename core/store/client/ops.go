@@ -94,10 +94,12 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
 	rc := c.replicaConfig(opts)
+	sg := stagesOf(ctx)
+	t0 := time.Now()
 	results, err := chunked(keys, "put start", func(lo, hi int) ([]*pb.PutStartResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
-		resp, err := c.rpc.BatchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi]), Sizes: sizes[lo:hi], Config: rc})
+		resp, err := c.batchPutStart(rctx, &pb.BatchPutStartRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi]), Sizes: sizes[lo:hi], Config: rc})
 		if err != nil {
 			return nil, rpcErr("put start", err)
 		}
@@ -129,7 +131,9 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		w.n = len(reqs) - w.first
 		writes = append(writes, w)
 	}
+	t0 = sg.since(StagePutStart, t0)
 	st, terr := c.run(ctx, reqs)
+	t0 = sg.since(StageWrite, t0)
 	var done, revoke []string
 	var doneIdx, revokeIdx []int
 	for _, w := range writes {
@@ -149,7 +153,8 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 			revoke, revokeIdx = append(revoke, keys[w.key]), append(revokeIdx, w.key)
 		}
 	}
-	c.finish(ctx, c.rpc.BatchPutEnd, "put end", done, doneIdx, errs)
+	c.finish(ctx, c.batchPutEnd, "put end", done, doneIdx, errs)
+	sg.since(StagePutEnd, t0)
 	if opts != nil && opts.OnPartial != nil {
 		asked := int(c.replicaConfig(opts).ReplicaNum)
 		for _, w := range writes {
@@ -160,7 +165,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 	}
 	// Revoke failures are reported but the write error stays the cause.
 	rerrs := make([]error, len(keys))
-	c.finish(ctx, c.rpc.BatchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
+	c.finish(ctx, c.batchPutRevoke, "put revoke", revoke, revokeIdx, rerrs)
 	return errs
 }
 
@@ -255,6 +260,7 @@ func (c *Client) BatchGetIntoParts(ctx context.Context, keys []string, dsts [][]
 	}
 	granted := time.Now() // every lease starts no earlier than this
 	results, err := c.replicaLists(ctx, keys)
+	stagesOf(ctx).since(StageReplicaList, granted)
 	if err != nil {
 		// The keys of the chunks answered are read; the rest fail.
 		fill(errs[len(results):], err)
@@ -269,7 +275,7 @@ func (c *Client) replicaLists(ctx context.Context, keys []string) ([]*pb.GetRepl
 	return chunked(keys, "get replica list", func(lo, hi int) ([]*pb.GetReplicaListResult, error) {
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
-		resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
+		resp, err := c.batchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: pb.Keys(keys[lo:hi])})
 		if err != nil {
 			return nil, rpcErr("get replica list", err)
 		}
@@ -326,7 +332,10 @@ func (c *Client) readReplicas(ctx context.Context, keys []string, results []*pb.
 		reqs = append(reqs, rs...)
 		idx = append(idx, span{i, len(reqs) - len(rs), len(rs), rep})
 	}
+	sg := stagesOf(ctx)
+	t0 := time.Now()
 	st, terr := c.run(ctx, reqs)
+	sg.since(StageRead, t0)
 	for _, sp := range idx {
 		i := sp.key
 		r := results[i]
@@ -562,7 +571,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte, opts *PutOpt
 // miss is OBJECT_NOT_FOUND).
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	rctx, cancel := c.rpcCtx(ctx)
-	resp, err := c.rpc.BatchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}})
+	resp, err := c.batchGetReplicaList(rctx, &pb.KeysRequest{ClientId: c.id, Keys: [][]byte{[]byte(key)}})
 	cancel()
 	if err != nil {
 		return nil, rpcErr("get replica list", err)

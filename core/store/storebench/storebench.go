@@ -59,6 +59,16 @@ type Config struct {
 	// Capacity is the pool's size in bytes, used to size the get phase's
 	// working set; 0 = ask the master (client Stats).
 	Capacity uint64
+	// Stages times every step of each operation (client.WithStages) and
+	// reports them in Phase.Stages.
+	Stages bool
+}
+
+// StageStat is one step's time per operation over a phase, in ms.
+type StageStat struct {
+	MeanMs float64 `json:"mean_ms"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
 }
 
 // Phase is the outcome of one phase. GBps counts value bytes (1e9 bytes).
@@ -70,6 +80,10 @@ type Phase struct {
 	GBps      float64 `json:"gbps"`
 	P50Ms     float64 `json:"p50_ms"`
 	P99Ms     float64 `json:"p99_ms"`
+	// Stages, with Config.Stages, is the time per operation of each step
+	// the client took (client.Stage names) and "other" (the rest: client
+	// code between steps, scheduling), keyed by name.
+	Stages map[string]StageStat `json:"stages,omitempty"`
 }
 
 // Result is a run's outcome. Protocol is left for the caller to fill in.
@@ -102,6 +116,8 @@ type worker struct {
 	gets     []stored // the get phase's keys, shared by all workers (read-only then)
 	verified bool     // a value was compared byte for byte
 	lat      []time.Duration
+	stages   *client.Stages                        // with Config.Stages: this op's steps
+	stageLat [client.NumStages + 1][]time.Duration // per step (and other), per op
 }
 
 // Run measures put then get of cfg.ValueSize-byte values with
@@ -193,6 +209,9 @@ func Run(ctx context.Context, clients []*client.Client, cfg Config) (Result, err
 
 func newWorker(ctx context.Context, id uint64, c *client.Client, cfg Config) (*worker, error) {
 	w := &worker{id: id, c: c, prefix: cfg.KeyPrefix + "w" + strconv.FormatUint(id, 10) + "/"}
+	if cfg.Stages {
+		w.stages = &client.Stages{}
+	}
 	var err error
 	if w.src, err = register(ctx, c, cfg.ValueSize); err != nil {
 		return nil, err
@@ -211,6 +230,12 @@ func newWorker(ctx context.Context, id uint64, c *client.Client, cfg Config) (*w
 func register(ctx context.Context, c *client.Client, n int) (*memory.Region, error) {
 	r, err := memory.MapShared(n, "storebench")
 	if err != nil {
+		return nil, err
+	}
+	// Warm, as any application buffer in use is: the first get into a
+	// fresh buffer would otherwise pay a page fault per 4 KiB.
+	if err := r.Prefault(); err != nil && !errors.Is(err, memory.ErrPrefaultUnsupported) {
+		r.Close()
 		return nil, err
 	}
 	if err := c.Engine().RegisterRegion(ctx, r, "cpu:0", false); err != nil {
@@ -323,15 +348,25 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 			}
 		}
 		w.lat = w.lat[:0]
+		for k := range w.stageLat {
+			w.stageLat[k] = w.stageLat[k][:0]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			octx := ctx
+			if w.stages != nil {
+				octx = client.WithStages(ctx, w.stages)
+			}
 			for n := int64(0); quota < 0 || n < quota; n++ {
 				t0 := time.Now()
 				if ctx.Err() != nil || (quota < 0 && !t0.Before(end)) {
 					return
 				}
-				if err := op(w, ctx, n); err != nil {
+				if w.stages != nil {
+					w.stages.Reset()
+				}
+				if err := op(w, octx, n); err != nil {
 					errMu.Lock()
 					if first == nil {
 						first = err
@@ -340,7 +375,11 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 					cancel()
 					return
 				}
-				w.lat = append(w.lat, time.Since(t0))
+				d := time.Since(t0)
+				w.lat = append(w.lat, d)
+				if w.stages != nil {
+					w.recordStages(d)
+				}
 			}
 		}()
 	}
@@ -362,7 +401,40 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 	p.GBps = float64(p.Bytes) / elapsed.Seconds() / 1e9
 	slices.Sort(lat)
 	p.P50Ms, p.P99Ms = pct(lat, 0.50), pct(lat, 0.99)
+	if ws[0].stages != nil {
+		p.Stages = map[string]StageStat{}
+		for k := range ws[0].stageLat {
+			var ds []time.Duration
+			var sum time.Duration
+			for _, w := range ws {
+				ds = append(ds, w.stageLat[k]...)
+			}
+			for _, d := range ds {
+				sum += d
+			}
+			if sum == 0 {
+				continue // a step this phase does not take
+			}
+			slices.Sort(ds)
+			name := "other"
+			if k < int(client.NumStages) {
+				name = client.Stage(k).String()
+			}
+			p.Stages[name] = StageStat{MeanMs: float64(sum) / float64(len(ds)) / float64(time.Millisecond), P50Ms: pct(ds, 0.50), P99Ms: pct(ds, 0.99)}
+		}
+	}
 	return p, nil
+}
+
+// recordStages appends this op's step times, and the rest of total, to
+// w.stageLat.
+func (w *worker) recordStages(total time.Duration) {
+	rest := total
+	for k, d := range w.stages.D {
+		w.stageLat[k] = append(w.stageLat[k], d)
+		rest -= d
+	}
+	w.stageLat[client.NumStages] = append(w.stageLat[client.NumStages], rest)
 }
 
 // pct is the p-quantile (nearest rank) of sorted ds, in milliseconds.

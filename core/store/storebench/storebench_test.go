@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/localcluster"
 	"github.com/mooncake-go/mooncake/core/store/storebench"
@@ -137,5 +140,35 @@ func BenchmarkStore(b *testing.B) {
 				b.ReportMetric(res.Get.GBps, "get-GB/s")
 			})
 		}
+	}
+}
+
+// TestRunStages: with Config.Stages every phase reports its own steps
+// (and only those), each with a positive mean, and the steps of an
+// operation add up to no more than its latency.
+func TestRunStages(t *testing.T) {
+	clients := pool(t, false, 8<<20, 2)
+	res, err := storebench.Run(context.Background(), clients, storebench.Config{ValueSize: 64 << 10, Ops: 40, Warmup: -1, Stages: true})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		phase storebench.Phase
+		want  []string
+	}{
+		{res.Put, []string{"put_start", "write", "put_end", "other"}},
+		{res.Get, []string{"replica_list", "read", "other"}},
+	} {
+		require.Len(t, tc.phase.Stages, len(tc.want), "%+v", tc.phase.Stages)
+		var sum float64
+		for _, name := range tc.want {
+			st, ok := tc.phase.Stages[name]
+			require.True(t, ok, "stage %s missing from %+v", name, tc.phase.Stages)
+			if name != "other" {
+				assert.Positive(t, st.MeanMs, name)
+			}
+			assert.GreaterOrEqual(t, st.P99Ms, st.P50Ms, name)
+			sum += st.MeanMs
+		}
+		mean := tc.phase.ElapsedS * 1e3 * float64(len(clients)) / float64(tc.phase.Ops)
+		assert.LessOrEqual(t, sum, mean*1.01, "steps %+v add up to more than the mean latency %.3f ms", tc.phase.Stages, mean)
 	}
 }

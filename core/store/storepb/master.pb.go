@@ -2861,6 +2861,286 @@ func (x *CompleteTierTasksRequest) GetResults() []*TierTaskResult {
 	return nil
 }
 
+// Session carries the calls of a put or a get (BatchPutStart, BatchPutEnd,
+// BatchPutRevoke, BatchGetReplicaList) as messages of one long-lived
+// stream per client, so a call costs one message each way instead of a
+// new HTTP/2 stream (headers, stream set-up, per-call state on both
+// sides). Each request carries an id the client picks; its one response
+// carries the same id. Calls run concurrently on the master and answers
+// may come back in any order. Semantics, codes and per-key results are
+// those of the unary RPC of the same name; a failed call (what the unary
+// RPC would have returned as a gRPC error) comes back as code and
+// message. Ours: upstream has only unary calls.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// the call's deadline as the client's remaining time, in ms (0 = none)
+	TimeoutMs uint64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*SessionRequest_PutStart
+	//	*SessionRequest_PutEnd
+	//	*SessionRequest_PutRevoke
+	//	*SessionRequest_GetReplicaList
+	Call          isSessionRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_master_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SessionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetTimeoutMs() uint64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetCall() isSessionRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetPutStart() *BatchPutStartRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_PutStart); ok {
+			return x.PutStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetPutEnd() *KeysRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_PutEnd); ok {
+			return x.PutEnd
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetPutRevoke() *KeysRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_PutRevoke); ok {
+			return x.PutRevoke
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetGetReplicaList() *KeysRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_GetReplicaList); ok {
+			return x.GetReplicaList
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Call interface {
+	isSessionRequest_Call()
+}
+
+type SessionRequest_PutStart struct {
+	PutStart *BatchPutStartRequest `protobuf:"bytes,3,opt,name=put_start,json=putStart,proto3,oneof"`
+}
+
+type SessionRequest_PutEnd struct {
+	PutEnd *KeysRequest `protobuf:"bytes,4,opt,name=put_end,json=putEnd,proto3,oneof"`
+}
+
+type SessionRequest_PutRevoke struct {
+	PutRevoke *KeysRequest `protobuf:"bytes,5,opt,name=put_revoke,json=putRevoke,proto3,oneof"`
+}
+
+type SessionRequest_GetReplicaList struct {
+	GetReplicaList *KeysRequest `protobuf:"bytes,6,opt,name=get_replica_list,json=getReplicaList,proto3,oneof"`
+}
+
+func (*SessionRequest_PutStart) isSessionRequest_Call() {}
+
+func (*SessionRequest_PutEnd) isSessionRequest_Call() {}
+
+func (*SessionRequest_PutRevoke) isSessionRequest_Call() {}
+
+func (*SessionRequest_GetReplicaList) isSessionRequest_Call() {}
+
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// gRPC status code of a failed call (0 = the call returned a result)
+	GrpcCode    int32  `protobuf:"varint,2,opt,name=grpc_code,json=grpcCode,proto3" json:"grpc_code,omitempty"`
+	GrpcMessage string `protobuf:"bytes,3,opt,name=grpc_message,json=grpcMessage,proto3" json:"grpc_message,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResponse_PutStart
+	//	*SessionResponse_PutEnd
+	//	*SessionResponse_PutRevoke
+	//	*SessionResponse_GetReplicaList
+	Result        isSessionResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_master_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *SessionResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetGrpcCode() int32 {
+	if x != nil {
+		return x.GrpcCode
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetGrpcMessage() string {
+	if x != nil {
+		return x.GrpcMessage
+	}
+	return ""
+}
+
+func (x *SessionResponse) GetResult() isSessionResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetPutStart() *BatchPutStartResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_PutStart); ok {
+			return x.PutStart
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetPutEnd() *StatusList {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_PutEnd); ok {
+			return x.PutEnd
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetPutRevoke() *StatusList {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_PutRevoke); ok {
+			return x.PutRevoke
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetGetReplicaList() *BatchGetReplicaListResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_GetReplicaList); ok {
+			return x.GetReplicaList
+		}
+	}
+	return nil
+}
+
+type isSessionResponse_Result interface {
+	isSessionResponse_Result()
+}
+
+type SessionResponse_PutStart struct {
+	PutStart *BatchPutStartResponse `protobuf:"bytes,4,opt,name=put_start,json=putStart,proto3,oneof"`
+}
+
+type SessionResponse_PutEnd struct {
+	PutEnd *StatusList `protobuf:"bytes,5,opt,name=put_end,json=putEnd,proto3,oneof"`
+}
+
+type SessionResponse_PutRevoke struct {
+	PutRevoke *StatusList `protobuf:"bytes,6,opt,name=put_revoke,json=putRevoke,proto3,oneof"`
+}
+
+type SessionResponse_GetReplicaList struct {
+	GetReplicaList *BatchGetReplicaListResponse `protobuf:"bytes,7,opt,name=get_replica_list,json=getReplicaList,proto3,oneof"`
+}
+
+func (*SessionResponse_PutStart) isSessionResponse_Result() {}
+
+func (*SessionResponse_PutEnd) isSessionResponse_Result() {}
+
+func (*SessionResponse_PutRevoke) isSessionResponse_Result() {}
+
+func (*SessionResponse_GetReplicaList) isSessionResponse_Result() {}
+
 var File_master_proto protoreflect.FileDescriptor
 
 const file_master_proto_rawDesc = "" +
@@ -3077,10 +3357,30 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
-	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults*E\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\xd7\x02\n" +
+	"\x0eSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x04R\ttimeoutMs\x12F\n" +
+	"\tput_start\x18\x03 \x01(\v2'.mooncake.store.v1.BatchPutStartRequestH\x00R\bputStart\x129\n" +
+	"\aput_end\x18\x04 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\x06putEnd\x12?\n" +
+	"\n" +
+	"put_revoke\x18\x05 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\tputRevoke\x12J\n" +
+	"\x10get_replica_list\x18\x06 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\x0egetReplicaListB\x06\n" +
+	"\x04call\"\x8a\x03\n" +
+	"\x0fSessionResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
+	"\tgrpc_code\x18\x02 \x01(\x05R\bgrpcCode\x12!\n" +
+	"\fgrpc_message\x18\x03 \x01(\tR\vgrpcMessage\x12G\n" +
+	"\tput_start\x18\x04 \x01(\v2(.mooncake.store.v1.BatchPutStartResponseH\x00R\bputStart\x128\n" +
+	"\aput_end\x18\x05 \x01(\v2\x1d.mooncake.store.v1.StatusListH\x00R\x06putEnd\x12>\n" +
+	"\n" +
+	"put_revoke\x18\x06 \x01(\v2\x1d.mooncake.store.v1.StatusListH\x00R\tputRevoke\x12Z\n" +
+	"\x10get_replica_list\x18\a \x01(\v2..mooncake.store.v1.BatchGetReplicaListResponseH\x00R\x0egetReplicaListB\b\n" +
+	"\x06result*E\n" +
 	"\vSegmentKind\x12\x19\n" +
 	"\x15SEGMENT_KIND_EMBEDDED\x10\x00\x12\x1b\n" +
-	"\x17SEGMENT_KIND_STANDALONE\x10\x012\x90\x12\n" +
+	"\x17SEGMENT_KIND_STANDALONE\x10\x012\xe6\x12\n" +
 	"\x06Master\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12L\n" +
 	"\vBatchPutEnd\x12\x1e.mooncake.store.v1.KeysRequest\x1a\x1d.mooncake.store.v1.StatusList\x12O\n" +
@@ -3108,7 +3408,8 @@ const file_master_proto_rawDesc = "" +
 	"\x0eMountLocalDisk\x12(.mooncake.store.v1.MountLocalDiskRequest\x1a\x19.mooncake.store.v1.Status\x12W\n" +
 	"\x10UnmountLocalDisk\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12b\n" +
 	"\rPollTierTasks\x12'.mooncake.store.v1.PollTierTasksRequest\x1a(.mooncake.store.v1.PollTierTasksResponse\x12_\n" +
-	"\x11CompleteTierTasks\x12+.mooncake.store.v1.CompleteTierTasksRequest\x1a\x1d.mooncake.store.v1.StatusListB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
+	"\x11CompleteTierTasks\x12+.mooncake.store.v1.CompleteTierTasksRequest\x1a\x1d.mooncake.store.v1.StatusList\x12T\n" +
+	"\aSession\x12!.mooncake.store.v1.SessionRequest\x1a\".mooncake.store.v1.SessionResponse(\x010\x01B4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -3123,7 +3424,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_master_proto_goTypes = []any{
 	(SegmentKind)(0),                    // 0: mooncake.store.v1.SegmentKind
 	(*Status)(nil),                      // 1: mooncake.store.v1.Status
@@ -3169,6 +3470,8 @@ var file_master_proto_goTypes = []any{
 	(*PollTierTasksResponse)(nil),       // 41: mooncake.store.v1.PollTierTasksResponse
 	(*TierTaskResult)(nil),              // 42: mooncake.store.v1.TierTaskResult
 	(*CompleteTierTasksRequest)(nil),    // 43: mooncake.store.v1.CompleteTierTasksRequest
+	(*SessionRequest)(nil),              // 44: mooncake.store.v1.SessionRequest
+	(*SessionResponse)(nil),             // 45: mooncake.store.v1.SessionResponse
 }
 var file_master_proto_depIdxs = []int32{
 	2,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
@@ -3202,65 +3505,75 @@ var file_master_proto_depIdxs = []int32{
 	1,  // 28: mooncake.store.v1.PollTierTasksResponse.status:type_name -> mooncake.store.v1.Status
 	40, // 29: mooncake.store.v1.PollTierTasksResponse.tasks:type_name -> mooncake.store.v1.TierTask
 	42, // 30: mooncake.store.v1.CompleteTierTasksRequest.results:type_name -> mooncake.store.v1.TierTaskResult
-	7,  // 31: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	9,  // 32: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 33: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 34: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 35: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 36: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	16, // 37: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	17, // 38: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	18, // 39: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	20, // 40: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	5,  // 41: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	23, // 42: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
-	23, // 43: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
-	23, // 44: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	23, // 45: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	23, // 46: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
-	24, // 47: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	25, // 48: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	9,  // 49: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
-	30, // 50: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	32, // 51: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
-	34, // 52: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
-	36, // 53: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
-	38, // 54: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
-	17, // 55: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	39, // 56: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
-	43, // 57: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
-	8,  // 58: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	10, // 59: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	10, // 60: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	12, // 61: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	14, // 62: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	10, // 63: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	1,  // 64: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	1,  // 65: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	19, // 66: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	22, // 67: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	6,  // 68: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
-	1,  // 69: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
-	1,  // 70: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
-	11, // 71: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
-	13, // 72: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
-	1,  // 73: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
-	26, // 74: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	26, // 75: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	29, // 76: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
-	1,  // 77: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
-	33, // 78: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
-	35, // 79: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
-	37, // 80: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
-	1,  // 81: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
-	1,  // 82: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
-	41, // 83: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
-	10, // 84: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
-	58, // [58:85] is the sub-list for method output_type
-	31, // [31:58] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 31: mooncake.store.v1.SessionRequest.put_start:type_name -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 32: mooncake.store.v1.SessionRequest.put_end:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 33: mooncake.store.v1.SessionRequest.put_revoke:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 34: mooncake.store.v1.SessionRequest.get_replica_list:type_name -> mooncake.store.v1.KeysRequest
+	8,  // 35: mooncake.store.v1.SessionResponse.put_start:type_name -> mooncake.store.v1.BatchPutStartResponse
+	10, // 36: mooncake.store.v1.SessionResponse.put_end:type_name -> mooncake.store.v1.StatusList
+	10, // 37: mooncake.store.v1.SessionResponse.put_revoke:type_name -> mooncake.store.v1.StatusList
+	12, // 38: mooncake.store.v1.SessionResponse.get_replica_list:type_name -> mooncake.store.v1.BatchGetReplicaListResponse
+	7,  // 39: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 40: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 41: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 42: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 43: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 44: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	16, // 45: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	17, // 46: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	18, // 47: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	20, // 48: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	5,  // 49: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	23, // 50: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	23, // 51: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	23, // 52: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	23, // 53: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	23, // 54: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	24, // 55: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	25, // 56: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	9,  // 57: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	30, // 58: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 59: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	34, // 60: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	36, // 61: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	38, // 62: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
+	17, // 63: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	39, // 64: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
+	43, // 65: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
+	44, // 66: mooncake.store.v1.Master.Session:input_type -> mooncake.store.v1.SessionRequest
+	8,  // 67: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	10, // 68: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	10, // 69: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	12, // 70: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	14, // 71: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	10, // 72: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	1,  // 73: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	1,  // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	19, // 75: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	22, // 76: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	6,  // 77: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	1,  // 78: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	1,  // 79: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	11, // 80: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	13, // 81: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	1,  // 82: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	26, // 83: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	26, // 84: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	29, // 85: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	1,  // 86: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	33, // 87: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	35, // 88: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	37, // 89: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	1,  // 90: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
+	1,  // 91: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
+	41, // 92: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
+	10, // 93: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
+	45, // 94: mooncake.store.v1.Master.Session:output_type -> mooncake.store.v1.SessionResponse
+	67, // [67:95] is the sub-list for method output_type
+	39, // [39:67] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3268,13 +3581,25 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
+	file_master_proto_msgTypes[43].OneofWrappers = []any{
+		(*SessionRequest_PutStart)(nil),
+		(*SessionRequest_PutEnd)(nil),
+		(*SessionRequest_PutRevoke)(nil),
+		(*SessionRequest_GetReplicaList)(nil),
+	}
+	file_master_proto_msgTypes[44].OneofWrappers = []any{
+		(*SessionResponse_PutStart)(nil),
+		(*SessionResponse_PutEnd)(nil),
+		(*SessionResponse_PutRevoke)(nil),
+		(*SessionResponse_GetReplicaList)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -55,6 +55,7 @@ const (
 	Master_UnmountLocalDisk_FullMethodName    = "/mooncake.store.v1.Master/UnmountLocalDisk"
 	Master_PollTierTasks_FullMethodName       = "/mooncake.store.v1.Master/PollTierTasks"
 	Master_CompleteTierTasks_FullMethodName   = "/mooncake.store.v1.Master/CompleteTierTasks"
+	Master_Session_FullMethodName             = "/mooncake.store.v1.Master/Session"
 )
 
 // MasterClient is the client API for Master service.
@@ -93,6 +94,8 @@ type MasterClient interface {
 	UnmountLocalDisk(ctx context.Context, in *UnmountSegmentRequest, opts ...grpc.CallOption) (*Status, error)
 	PollTierTasks(ctx context.Context, in *PollTierTasksRequest, opts ...grpc.CallOption) (*PollTierTasksResponse, error)
 	CompleteTierTasks(ctx context.Context, in *CompleteTierTasksRequest, opts ...grpc.CallOption) (*StatusList, error)
+	// Put and get calls multiplexed on one stream (see SessionRequest).
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type masterClient struct {
@@ -373,6 +376,19 @@ func (c *masterClient) CompleteTierTasks(ctx context.Context, in *CompleteTierTa
 	return out, nil
 }
 
+func (c *masterClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Master_ServiceDesc.Streams[0], Master_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -409,6 +425,8 @@ type MasterServer interface {
 	UnmountLocalDisk(context.Context, *UnmountSegmentRequest) (*Status, error)
 	PollTierTasks(context.Context, *PollTierTasksRequest) (*PollTierTasksResponse, error)
 	CompleteTierTasks(context.Context, *CompleteTierTasksRequest) (*StatusList, error)
+	// Put and get calls multiplexed on one stream (see SessionRequest).
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -499,6 +517,9 @@ func (UnimplementedMasterServer) PollTierTasks(context.Context, *PollTierTasksRe
 }
 func (UnimplementedMasterServer) CompleteTierTasks(context.Context, *CompleteTierTasksRequest) (*StatusList, error) {
 	return nil, status.Error(codes.Unimplemented, "method CompleteTierTasks not implemented")
+}
+func (UnimplementedMasterServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1007,6 +1028,13 @@ func _Master_CompleteTierTasks_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Master_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MasterServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Master_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1123,6 +1151,13 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Master_CompleteTierTasks_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Session",
+			Handler:       _Master_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "master.proto",
 }

@@ -1,0 +1,235 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// The calls of a put and a get (BatchPutStart, BatchPutEnd,
+// BatchPutRevoke, BatchGetReplicaList) go over one long-lived Session
+// stream per client (storepb.SessionRequest): a call is then one message
+// each way on an open HTTP/2 stream instead of a new stream with its own
+// headers and per-call state on both sides, which is most of the CPU of a
+// small unary call. Concurrent calls share the stream and are answered
+// by id, in any order.
+//
+// The stream is opened on first use, only while the master connection is
+// ready (so opening never waits for a connection: a call made while the
+// master is unreachable goes out as the unary RPC, which waits for it
+// within the call's own deadline), and again after it breaks; calls in
+// flight when it breaks fail as unary calls in flight would
+// (Unavailable). A master without Session (Unimplemented) and an
+// etcd:// master address (whose unary calls retry across a leader
+// failover) use the unary RPCs only.
+
+// errNoSession says a call must go out as its unary RPC.
+var errNoSession = errors.New("client: no session stream")
+
+// session is a client's Session stream; see above.
+type session struct {
+	conn *grpc.ClientConn
+	rpc  pb.MasterClient
+	wg   sync.WaitGroup // reader goroutines
+
+	mu struct {
+		sync.Mutex
+		stream  pb.Master_SessionClient // nil: none open
+		cancel  context.CancelFunc      // ends stream
+		pending map[uint64]chan *pb.SessionResponse
+		next    uint64
+		off     bool // unary only (no Session at the master, etcd:// address, closed)
+	}
+	sendMu sync.Mutex // one Send at a time (gRPC streams)
+}
+
+func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
+	s := &session{conn: conn, rpc: rpc}
+	s.mu.pending = map[uint64]chan *pb.SessionResponse{}
+	s.mu.off = off
+	return s
+}
+
+// open returns the current stream, opening one if none is and the master
+// connection is ready; errNoSession when the call must go unary.
+func (s *session) open() (pb.Master_SessionClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.off {
+		return nil, errNoSession
+	}
+	if s.mu.stream != nil {
+		return s.mu.stream, nil
+	}
+	if s.conn.GetState() != connectivity.Ready {
+		return nil, errNoSession
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := s.rpc.Session(ctx)
+	if err != nil {
+		cancel()
+		return nil, errNoSession
+	}
+	s.mu.stream, s.mu.cancel = st, cancel
+	s.wg.Add(1)
+	go s.read(st)
+	return st, nil
+}
+
+// read delivers the answers of st until it fails, then fails every call
+// still waiting on it with the stream's error (errNoSession when the
+// master has no Session: those calls go unary).
+func (s *session) read(st pb.Master_SessionClient) {
+	defer s.wg.Done()
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			fail := &pb.SessionResponse{GrpcCode: int32(status.Code(err)), GrpcMessage: status.Convert(err).Message()}
+			s.mu.Lock()
+			if status.Code(err) == codes.Unimplemented {
+				s.mu.off = true
+			}
+			if s.mu.stream == st {
+				s.mu.stream = nil
+				s.mu.cancel()
+			}
+			for id, ch := range s.mu.pending {
+				ch <- fail
+				delete(s.mu.pending, id)
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		ch, ok := s.mu.pending[resp.Id]
+		delete(s.mu.pending, resp.Id)
+		s.mu.Unlock()
+		if ok {
+			ch <- resp // buffered: never blocks
+		}
+	}
+}
+
+// call sends req (its id is set here) and waits for its answer, or ctx.
+// Errors: errNoSession (send it as the unary RPC instead); the call's
+// failure as a gRPC status error, as the unary RPC would return it;
+// ctx.Err() when ctx ends first.
+func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.SessionResponse, error) {
+	st, err := s.open()
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		req.TimeoutMs = uint64(max(time.Until(dl).Milliseconds(), 1))
+	}
+	ch := make(chan *pb.SessionResponse, 1)
+	s.mu.Lock()
+	if s.mu.stream != st { // it broke since open
+		s.mu.Unlock()
+		return nil, errNoSession
+	}
+	s.mu.next++
+	req.Id = s.mu.next
+	s.mu.pending[req.Id] = ch
+	s.mu.Unlock()
+	s.sendMu.Lock()
+	err = st.Send(req)
+	s.sendMu.Unlock()
+	if err != nil {
+		// The stream is broken; its reader fails ch with the cause.
+		st.CloseSend()
+	}
+	select {
+	case resp := <-ch:
+		if resp.GrpcCode == int32(codes.Unimplemented) && resp.Result == nil {
+			return nil, errNoSession
+		}
+		if resp.GrpcCode != 0 {
+			return nil, status.Error(codes.Code(resp.GrpcCode), resp.GrpcMessage)
+		}
+		return resp, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.mu.pending, req.Id)
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// close ends the stream and waits for its reader; later calls go unary.
+func (s *session) close() {
+	s.mu.Lock()
+	s.mu.off = true
+	if s.mu.cancel != nil {
+		s.mu.cancel()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// The put and get calls: over the session when there is one, else the
+// unary RPC. Errors as the unary RPC's.
+
+func (c *Client) batchPutStart(ctx context.Context, in *pb.BatchPutStartRequest) (*pb.BatchPutStartResponse, error) {
+	resp, err := c.sess.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutStart{PutStart: in}})
+	if errors.Is(err, errNoSession) {
+		return c.rpc.BatchPutStart(ctx, in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetPutStart(); r != nil {
+		return r, nil
+	}
+	return nil, status.Error(codes.Internal, "session: answer to BatchPutStart carries no result")
+}
+
+func (c *Client) batchPutEnd(ctx context.Context, in *pb.KeysRequest, _ ...grpc.CallOption) (*pb.StatusList, error) {
+	resp, err := c.sess.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: in}})
+	if errors.Is(err, errNoSession) {
+		return c.rpc.BatchPutEnd(ctx, in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetPutEnd(); r != nil {
+		return r, nil
+	}
+	return nil, status.Error(codes.Internal, "session: answer to BatchPutEnd carries no result")
+}
+
+func (c *Client) batchPutRevoke(ctx context.Context, in *pb.KeysRequest, _ ...grpc.CallOption) (*pb.StatusList, error) {
+	resp, err := c.sess.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutRevoke{PutRevoke: in}})
+	if errors.Is(err, errNoSession) {
+		return c.rpc.BatchPutRevoke(ctx, in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetPutRevoke(); r != nil {
+		return r, nil
+	}
+	return nil, status.Error(codes.Internal, "session: answer to BatchPutRevoke carries no result")
+}
+
+func (c *Client) batchGetReplicaList(ctx context.Context, in *pb.KeysRequest) (*pb.BatchGetReplicaListResponse, error) {
+	resp, err := c.sess.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: in}})
+	if errors.Is(err, errNoSession) {
+		return c.rpc.BatchGetReplicaList(ctx, in)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetGetReplicaList(); r != nil {
+		return r, nil
+	}
+	return nil, status.Error(codes.Internal, "session: answer to BatchGetReplicaList carries no result")
+}

@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	gstatus "google.golang.org/grpc/status"
+
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// maxSessionCalls bounds the calls of one Session stream running at once,
+// so that one client cannot start unbounded work on the master.
+const maxSessionCalls = 256
+
+// chainUnary runs h inside the interceptors, first outermost, as
+// grpc.ChainUnaryInterceptor does for unary calls.
+func chainUnary(ics []grpc.UnaryServerInterceptor) func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		for i := len(ics) - 1; i >= 0; i-- {
+			ic, next := ics[i], h
+			h = func(ctx context.Context, req any) (any, error) { return ic(ctx, req, info, next) }
+		}
+		return h(ctx, req)
+	}
+}
+
+// Session implements storepb.MasterServer: every request on the stream is
+// run, concurrently with the others, as the unary call it names would be
+// (the same interceptors: metrics, and an HA follower's refusal), under
+// the stream's context bounded by the request's timeout_ms, and its
+// result or error is sent back with the request's id. A request naming no
+// call is answered InvalidArgument. The stream ends when the client
+// closes it (its calls still running finish first) or fails. At most
+// maxSessionCalls of a stream's calls run at once; further requests wait
+// unread (gRPC flow control then holds the client back).
+func (s *Server) Session(stream pb.Master_SessionServer) error {
+	var (
+		wg     sync.WaitGroup
+		sendMu sync.Mutex
+	)
+	defer wg.Wait()
+	ctx := stream.Context()
+	slots := make(chan struct{}, maxSessionCalls)
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil // io.EOF: the client is done; anything else ended the stream
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			resp := s.sessionCall(ctx, req)
+			sendMu.Lock()
+			_ = stream.Send(resp) // a failed send ends the stream; Recv sees it
+			sendMu.Unlock()
+		}()
+	}
+}
+
+// sessionCall runs one session request and returns its answer.
+func (s *Server) sessionCall(ctx context.Context, req *pb.SessionRequest) *pb.SessionResponse {
+	if req.TimeoutMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond)
+		defer cancel()
+	}
+	var (
+		method string
+		in     any
+		h      grpc.UnaryHandler
+	)
+	switch c := req.Call.(type) {
+	case *pb.SessionRequest_PutStart:
+		method, in = pb.Master_BatchPutStart_FullMethodName, c.PutStart
+		h = func(ctx context.Context, r any) (any, error) {
+			return s.BatchPutStart(ctx, r.(*pb.BatchPutStartRequest))
+		}
+	case *pb.SessionRequest_PutEnd:
+		method, in = pb.Master_BatchPutEnd_FullMethodName, c.PutEnd
+		h = func(ctx context.Context, r any) (any, error) { return s.BatchPutEnd(ctx, r.(*pb.KeysRequest)) }
+	case *pb.SessionRequest_PutRevoke:
+		method, in = pb.Master_BatchPutRevoke_FullMethodName, c.PutRevoke
+		h = func(ctx context.Context, r any) (any, error) { return s.BatchPutRevoke(ctx, r.(*pb.KeysRequest)) }
+	case *pb.SessionRequest_GetReplicaList:
+		method, in = pb.Master_BatchGetReplicaList_FullMethodName, c.GetReplicaList
+		h = func(ctx context.Context, r any) (any, error) { return s.BatchGetReplicaList(ctx, r.(*pb.KeysRequest)) }
+	default:
+		return &pb.SessionResponse{Id: req.Id, GrpcCode: int32(codes.InvalidArgument), GrpcMessage: "session request names no call"}
+	}
+	out, err := s.unary(ctx, in, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, h)
+	resp := &pb.SessionResponse{Id: req.Id}
+	if err != nil {
+		st := gstatus.Convert(err)
+		resp.GrpcCode, resp.GrpcMessage = int32(st.Code()), st.Message()
+		return resp
+	}
+	switch r := out.(type) {
+	case *pb.BatchPutStartResponse:
+		resp.Result = &pb.SessionResponse_PutStart{PutStart: r}
+	case *pb.BatchGetReplicaListResponse:
+		resp.Result = &pb.SessionResponse_GetReplicaList{GetReplicaList: r}
+	case *pb.StatusList:
+		if _, end := req.Call.(*pb.SessionRequest_PutEnd); end {
+			resp.Result = &pb.SessionResponse_PutEnd{PutEnd: r}
+		} else {
+			resp.Result = &pb.SessionResponse_PutRevoke{PutRevoke: r}
+		}
+	default:
+		resp.GrpcCode, resp.GrpcMessage = int32(codes.Internal), "session: unexpected result type"
+	}
+	return resp
+}

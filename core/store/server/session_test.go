@@ -1,0 +1,59 @@
+package server
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// TestSessionCalls: calls on a Session stream are answered by id with
+// the unary calls' results (a put started, ended, then listed; a missing
+// key's per-key code), count in the per-method metrics as unary calls
+// do, and a request naming no call is InvalidArgument.
+func TestSessionCalls(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "c1", pbSeg("a", 1<<32, 4096))
+	st, err := h.client.Session(ctx(t))
+	require.NoError(t, err)
+	send := func(req *pb.SessionRequest) *pb.SessionResponse {
+		t.Helper()
+		require.NoError(t, st.Send(req))
+		resp, err := st.Recv()
+		require.NoError(t, err)
+		require.Equal(t, req.Id, resp.Id)
+		return resp
+	}
+	keys := &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"x"})}
+	r := send(&pb.SessionRequest{Id: 7, TimeoutMs: 5000, Call: &pb.SessionRequest_PutStart{PutStart: &pb.BatchPutStartRequest{
+		ClientId: "c1", Keys: pb.Keys([]string{"x"}), Sizes: []uint64{1024}, Config: &pb.ReplicaConfig{ReplicaNum: 1}}}})
+	require.Len(t, r.GetPutStart().GetResults(), 1)
+	assert.Zero(t, r.GetPutStart().Results[0].GetStatus().GetCode())
+	require.Len(t, r.GetPutStart().Results[0].Replicas, 1)
+	r = send(&pb.SessionRequest{Id: 8, Call: &pb.SessionRequest_PutEnd{PutEnd: keys}})
+	require.Len(t, r.GetPutEnd().GetResults(), 1)
+	assert.Zero(t, r.GetPutEnd().Results[0].GetCode())
+	r = send(&pb.SessionRequest{Id: 9, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"x", "nope"})}}})
+	require.Len(t, r.GetGetReplicaList().GetResults(), 2)
+	assert.Zero(t, r.GetGetReplicaList().Results[0].GetStatus().GetCode())
+	assert.Equal(t, uint64(1024), r.GetGetReplicaList().Results[0].Replicas[0].Size)
+	assert.NotZero(t, r.GetGetReplicaList().Results[1].GetStatus().GetCode(), "missing key")
+	r = send(&pb.SessionRequest{Id: 10, Call: &pb.SessionRequest_PutRevoke{PutRevoke: keys}})
+	require.Len(t, r.GetPutRevoke().GetResults(), 1)
+	assert.NotZero(t, r.GetPutRevoke().Results[0].GetCode(), "revoking a completed put")
+	r = send(&pb.SessionRequest{Id: 11})
+	assert.Equal(t, int32(codes.InvalidArgument), r.GrpcCode)
+	assert.Nil(t, r.Result)
+	require.NoError(t, st.CloseSend())
+
+	rec := httptest.NewRecorder()
+	h.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, m := range []string{"BatchPutStart", "BatchPutEnd", "BatchGetReplicaList", "BatchPutRevoke"} {
+		assert.Contains(t, rec.Body.String(), `master_rpc_requests_total{method="`+m+`"} 1`, m)
+	}
+}
