@@ -85,7 +85,7 @@ evicting as a full cache does.`,
 
 			var newClient func(ctx context.Context, cfg client.Config) (*client.Client, error)
 			if masterAddr == "" {
-				lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: nodes, SegmentSize: uint64(seg), Shm: useShm})
+				lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: nodes, SegmentSize: uint64(seg), Shm: useShm, Prefault: true})
 				if err != nil {
 					return fail(err)
 				}

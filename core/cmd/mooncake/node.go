@@ -24,7 +24,7 @@ const minQuota = 1 << 20
 
 func nodeCmd() *cobra.Command {
 	var masterAddr, clusterID, metaURL, segSize, hostname, bind, protocol, storageDir, quota string
-	var offerShm, overcommit bool
+	var offerShm, overcommit, prefault bool
 	var tf tlsFlags
 	c := &cobra.Command{
 		Use:   "node",
@@ -82,8 +82,12 @@ func nodeCmd() *cobra.Command {
 				Transport: tcp.New(tcp.Config{BindAddr: bind}), GlobalSegmentSize: uint64(size),
 				// A node outlives the engines writing to it: the master
 				// places replicas here before engines' own segments.
-				SegmentKind:    store.SegmentStandalone,
-				StorageRootDir: storageDir, StorageQuota: uint64(quotaBytes),
+				SegmentKind: store.SegmentStandalone,
+				// Its memory is the pool's: allocate it now rather than on
+				// the first put into each page (not with --overcommit,
+				// whose point is taking pages only as they are written).
+				PrefaultSegment: prefault && !overcommit,
+				StorageRootDir:  storageDir, StorageQuota: uint64(quotaBytes),
 				// Losing the master and remounting at it are the events an
 				// operator watching a node needs to see.
 				Logf: func(format string, args ...any) {
@@ -126,6 +130,7 @@ func nodeCmd() *cobra.Command {
 	f.StringVar(&storageDir, "storage_root_dir", "", "SSD tier: directory for objects evicted from this node's DRAM (needs a master with --enable_offload)")
 	f.StringVar(&quota, "quota_bytes", "0", "SSD tier size limit, e.g. 100GiB (0 = 90% of the directory's free space)")
 	f.BoolVar(&offerShm, "shm", true, "also offer the segment over shared memory (memfd) to clients on this host")
+	f.BoolVar(&prefault, "prefault", true, "allocate the whole segment at start, in the background, so puts write at copy speed instead of faulting in each 4 KiB page (off with --overcommit)")
 	f.BoolVar(&overcommit, "overcommit", false, "start even when --segment-size exceeds this machine's available memory (the node may be killed once the pool fills it)")
 	tf.register(f, "to the master and its metadata server", true, true)
 	return c

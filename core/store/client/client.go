@@ -91,11 +91,18 @@ type Config struct {
 	// has a Local transport can map it.
 	Local transfer.Transport
 	// GlobalSegmentSize is the DRAM in bytes contributed to the pool; 0 =
-	// pure client (upstream global_segment_size). All of it is allocated
-	// at start, in the background (memory.Region.Prefault), as upstream's
-	// registration with RDMA NICs pins it: puts then write at copy speed
-	// instead of paying a page fault per 4 KiB of a fresh segment.
+	// pure client (upstream global_segment_size).
 	GlobalSegmentSize uint64
+	// PrefaultSegment allocates and maps every page of the global segment
+	// at start, in the background (memory.Region.Prefault), as upstream's
+	// registration with RDMA NICs pins it: puts into the segment then
+	// write at copy speed instead of paying a page fault per 4 KiB (first
+	// touch of a memory-file page ran at 1-2 GB/s on the development
+	// machine), at the price of holding all GlobalSegmentSize bytes of RAM
+	// from the start. Default false (pages are allocated on first use, as
+	// upstream's tcp path does): engine-embedded clients keep their memory
+	// lazy; `mooncake node` sets it (its --prefault flag, default true).
+	PrefaultSegment bool
 	// SegmentKind tells the master whether the global segment outlives
 	// this client's process: store.SegmentEmbedded (the default: a client
 	// embedded in an application, such as an inference engine's
@@ -249,8 +256,10 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		// first touch of a memory file page runs at 1-2 GB/s (allocation
 		// and zeroing), so a large put into a fresh segment ran at a tenth
 		// of copy speed. Best effort; it stops when the segment is closed.
-		seg := c.segment
-		go func() { _ = seg.Prefault() }()
+		if cfg.PrefaultSegment {
+			seg := c.segment
+			go func() { _ = seg.Prefault() }()
+		}
 		c.segID = cfg.LocalHostname + "/" + randomID()
 	}
 	// Mount the segment, or, for a pure client, register with no

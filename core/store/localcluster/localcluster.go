@@ -52,6 +52,10 @@ type Options struct {
 	// their identity, for the master and for the metadata server. The
 	// data plane (tcp, shm) stays plaintext. nil = plaintext.
 	TLS *tlsconfig.Config
+	// Prefault makes every node allocate its whole segment at start
+	// (client.Config.PrefaultSegment), as `mooncake node` does; default
+	// false, so tests hold only the memory they touch.
+	Prefault bool
 }
 
 // Cluster is a running local pool.
@@ -85,7 +89,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}()
 	for i := 0; i < opts.Nodes; i++ {
 		ncfg := client.Config{LocalHostname: fmt.Sprintf("node-%d", i), GlobalSegmentSize: opts.SegmentSize, StorageQuota: opts.StorageQuota,
-			SegmentKind: store.SegmentStandalone, PingInterval: opts.PingInterval}
+			SegmentKind: store.SegmentStandalone, PingInterval: opts.PingInterval, PrefaultSegment: opts.Prefault}
 		if opts.StorageRootDir != "" {
 			ncfg.StorageRootDir = filepath.Join(opts.StorageRootDir, ncfg.LocalHostname)
 		}
