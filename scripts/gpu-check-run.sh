@@ -41,7 +41,7 @@ done
 bench=$here/bin/core-transfer-cuda.test
 if [ -x "$bench" ]; then
 	out=$log/bench.txt
-	if timeout 120 "$bench" -test.run '^$' -test.bench '^BenchmarkGPUTransfers$' -test.benchtime 2s >"$out" 2>&1; then
+	if timeout 120 "$bench" -test.run '^$' -test.v -test.bench '^BenchmarkGPUTransfers$' -test.benchtime 2s >"$out" 2>&1; then
 		awk '/^BenchmarkGPUTransfers\// {
 			split($1, p, "/"); sz = p[3]; sub(/-[0-9]+$/, "", sz)
 			for (i = 2; i <= NF; i++) if ($(i+1) == "MB/s") printf "GBPS %-20s %-6s %7.2f GB/s\n", p[2], sz, $i / 1000

@@ -38,18 +38,23 @@ var errNoSession = errors.New("client: no session stream")
 type session struct {
 	conn *grpc.ClientConn
 	rpc  pb.MasterClient
-	wg   sync.WaitGroup // reader goroutines
+
+	wg sync.WaitGroup // reader and sender goroutines
 
 	mu struct {
 		sync.Mutex
 		stream  pb.Master_SessionClient // nil: none open
+		sendq   chan *pb.SessionRequest // stream's requests, sent by its sender
 		cancel  context.CancelFunc      // ends stream
 		pending map[uint64]chan *pb.SessionResponse
 		next    uint64
 		off     bool // unary only (no Session at the master, etcd:// address, closed)
 	}
-	sendMu sync.Mutex // one Send at a time (gRPC streams)
 }
+
+// sessionQueue is how many requests may wait for a stream's sender; a
+// call finding it full waits for room (or its context).
+const sessionQueue = 1024
 
 func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
 	s := &session{conn: conn, rpc: rpc}
@@ -58,30 +63,62 @@ func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
 	return s
 }
 
-// open returns the current stream, opening one if none is and the master
-// connection is ready; errNoSession when the call must go unary.
-func (s *session) open() (pb.Master_SessionClient, error) {
+// open returns the current stream and its send queue, opening one if
+// none is and the master connection is ready; errNoSession when the call
+// must go unary.
+func (s *session) open() (pb.Master_SessionClient, chan<- *pb.SessionRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.off {
-		return nil, errNoSession
+		return nil, nil, errNoSession
 	}
 	if s.mu.stream != nil {
-		return s.mu.stream, nil
+		return s.mu.stream, s.mu.sendq, nil
 	}
 	if s.conn.GetState() != connectivity.Ready {
-		return nil, errNoSession
+		return nil, nil, errNoSession
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := s.rpc.Session(ctx)
 	if err != nil {
 		cancel()
-		return nil, errNoSession
+		return nil, nil, errNoSession
 	}
-	s.mu.stream, s.mu.cancel = st, cancel
-	s.wg.Add(1)
+	q := make(chan *pb.SessionRequest, sessionQueue)
+	s.mu.stream, s.mu.sendq, s.mu.cancel = st, q, cancel
+	s.wg.Add(2)
 	go s.read(st)
-	return st, nil
+	go s.send(ctx, st, q)
+	return st, q, nil
+}
+
+// send sends the requests queued on q over st, one at a time (gRPC
+// streams take one Send at a time), until st fails or ctx (the stream's)
+// ends. It runs apart from the calls because a Send can block for as
+// long as gRPC flow control holds the stream (a master that reads
+// nothing), and a call must still return at its deadline. A request whose
+// call has already returned is dropped unsent.
+func (s *session) send(ctx context.Context, st pb.Master_SessionClient, q <-chan *pb.SessionRequest) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case req := <-q:
+			s.mu.Lock()
+			_, waiting := s.mu.pending[req.Id]
+			s.mu.Unlock()
+			if !waiting {
+				continue
+			}
+			if err := st.Send(req); err != nil {
+				// The stream is broken; its reader fails the calls
+				// waiting with the cause.
+				st.CloseSend()
+				return
+			}
+		}
+	}
 }
 
 // read delivers the answers of st until it fails, then fails every call
@@ -123,7 +160,7 @@ func (s *session) read(st pb.Master_SessionClient) {
 // failure as a gRPC status error, as the unary RPC would return it;
 // ctx.Err() when ctx ends first.
 func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.SessionResponse, error) {
-	st, err := s.open()
+	st, q, err := s.open()
 	if err != nil {
 		return nil, err
 	}
@@ -140,31 +177,36 @@ func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.Session
 	req.Id = s.mu.next
 	s.mu.pending[req.Id] = ch
 	s.mu.Unlock()
-	s.sendMu.Lock()
-	err = st.Send(req)
-	s.sendMu.Unlock()
-	if err != nil {
-		// The stream is broken; its reader fails ch with the cause.
-		st.CloseSend()
-	}
+	// The request goes to the stream's sender rather than being sent
+	// here: a Send blocked by flow control must not hold the call past
+	// ctx. Neither req nor what it points to is changed after this.
+	var resp *pb.SessionResponse
 	select {
-	case resp := <-ch:
-		if resp.GrpcCode == int32(codes.Unimplemented) && resp.Result == nil {
-			return nil, errNoSession
+	case q <- req:
+		select {
+		case resp = <-ch:
+		case <-ctx.Done():
 		}
-		if resp.GrpcCode != 0 {
-			return nil, status.Error(codes.Code(resp.GrpcCode), resp.GrpcMessage)
-		}
-		return resp, nil
+	case resp = <-ch: // the stream broke before the request was queued
 	case <-ctx.Done():
+	}
+	if resp == nil { // ctx ended first
 		s.mu.Lock()
 		delete(s.mu.pending, req.Id)
 		s.mu.Unlock()
 		return nil, ctx.Err()
 	}
+	if resp.GrpcCode == int32(codes.Unimplemented) && resp.Result == nil {
+		return nil, errNoSession
+	}
+	if resp.GrpcCode != 0 {
+		return nil, status.Error(codes.Code(resp.GrpcCode), resp.GrpcMessage)
+	}
+	return resp, nil
 }
 
-// close ends the stream and waits for its reader; later calls go unary.
+// close ends the stream and waits for its reader and sender; later calls
+// go unary.
 func (s *session) close() {
 	s.mu.Lock()
 	s.mu.off = true

@@ -1,0 +1,132 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// stuckMaster accepts Session streams and never answers: with read it
+// reads every request (reporting each on got), without it reads none.
+type stuckMaster struct {
+	pb.UnimplementedMasterServer
+	read bool
+	got  chan uint64
+}
+
+func (m *stuckMaster) Session(st pb.Master_SessionServer) error {
+	if !m.read {
+		<-st.Context().Done()
+		return nil
+	}
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		m.got <- req.Id
+	}
+}
+
+// stuckSession serves m on 127.0.0.1 (with gopts) and returns a session
+// of a connection to it, ready; the server is stopped at cleanup.
+func stuckSession(t *testing.T, m *stuckMaster, gopts ...grpc.ServerOption) (*session, *grpc.Server) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := grpc.NewServer(gopts...)
+	pb.RegisterMasterServer(g, m)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		require.True(t, conn.WaitForStateChange(ctx, st), "connection to the stuck master not ready")
+	}
+	return newSession(conn, pb.NewMasterClient(conn), false), g
+}
+
+// returnsWithin runs f and fails the test if it has not returned after d.
+func returnsWithin(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); f() }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s: still blocked after %v", what, d)
+	}
+}
+
+// TestSessionCallsReturnWhenMasterDies: calls in flight on the stream
+// (with and without a deadline) all return, Unavailable, when the master
+// goes away under them; close then ends the stream's goroutines.
+func TestSessionCallsReturnWhenMasterDies(t *testing.T) {
+	const n = 40
+	m := &stuckMaster{read: true, got: make(chan uint64, n)}
+	s, g := stuckSession(t, m)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if i%2 == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+			}
+			_, errs[i] = s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{Keys: pb.Keys([]string{fmt.Sprint(i)})}}})
+		}()
+	}
+	for range n {
+		<-m.got // every call is at the master
+	}
+	g.Stop()
+	returnsWithin(t, 20*time.Second, "calls in flight when the master died", wg.Wait)
+	for i, err := range errs {
+		assert.Equal(t, codes.Unavailable, status.Code(err), "call %d: %v", i, err)
+	}
+	returnsWithin(t, 20*time.Second, "session close", s.close)
+	// Closed: calls go unary.
+	_, err := s.call(context.Background(), &pb.SessionRequest{})
+	assert.ErrorIs(t, err, errNoSession)
+}
+
+// TestSessionDeadlineWhileStreamBlocked: a call whose request cannot be
+// sent (the master reads nothing, so gRPC flow control holds the stream)
+// still returns at its deadline, as the unary call would.
+func TestSessionDeadlineWhileStreamBlocked(t *testing.T) {
+	m := &stuckMaster{}
+	// Small fixed windows: the client may send 64 KiB that nobody reads.
+	s, _ := stuckSession(t, m, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
+	defer s.close()
+	big := []string{strings.Repeat("k", 256<<10)} // more than the window
+	for i := range 3 {
+		returnsWithin(t, 20*time.Second, fmt.Sprintf("call %d with a 200 ms deadline", i), func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: pb.Keys(big)}}})
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+		})
+	}
+}
