@@ -127,6 +127,23 @@ class Driver:
     def metrics(self):
         return self.cmd("metrics")["metrics"]
 
+    def metrics_until(self, pred, what, timeout=120):
+        """Polls metrics() until pred(metrics) holds and returns them;
+        AssertionError naming what (with the log tail and the last
+        metrics) after timeout seconds. For counters of transfers that may
+        complete after generate returned (saves of finished requests)."""
+        last = {}
+
+        def ok():
+            last["m"] = self.metrics()
+            return pred(last["m"])
+
+        try:
+            mcrig.wait_until(ok, timeout, f"{self.name}: {what}", tail=self.tail, interval=0.2)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nlast metrics: {last.get('m')}") from None
+        return last["m"]
+
     def close(self, timeout=120):
         """Asks the instance to exit (vLLM shuts down: connectors close and
         unmount their segments); kills it after timeout seconds."""

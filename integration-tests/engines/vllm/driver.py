@@ -9,7 +9,9 @@ builds the LLM, then answers one JSON line per JSON command line:
     {"op": "generate", "prompts": [[token ids]...], "max_tokens": N,
      "kv_transfer_params": [dict or null per prompt]}
         -> {"outputs": [{"tokens", "num_cached_tokens", "kv_transfer_params"}], "seconds"}
-    {"op": "metrics"}      -> {"metrics": {name: value}} (llm.get_metrics())
+    {"op": "metrics"}      -> {"metrics": {name: value}} (llm.get_metrics(),
+                              after the engine outputs that arrived since
+                              the last generate returned are processed)
     {"op": "free_blocks"}  -> {"free": n, "total": n} (engine core in this
                               process: VLLM_ENABLE_V1_MULTIPROCESSING=0)
     {"op": "step", "n": k} -> {"steps": k} (runs the engine loop k times,
@@ -46,6 +48,30 @@ def _metrics(llm):
         if isinstance(v, (int, float, list)):
             out[m.name] = v
     return out
+
+
+def _drain(llm, max_steps=1000):
+    """Hands vLLM's stat loggers what the engine produced after the last
+    generate returned. A finished request whose blocks are held for saves
+    keeps the engine core stepping; the workers' stats of those steps (the
+    saves that completed after the last token) reach the Prometheus
+    counters only when the front end processes their outputs, which
+    generate stops doing at its last token. Multiprocess engine core: the
+    outputs already queued are processed (none is waited for). In-process
+    engine core: it is stepped while it holds requests, at most max_steps
+    times (an idle step waits at most mc_idle_wait_ms in the connector)."""
+    eng = llm.llm_engine
+    core = eng.engine_core
+    q = getattr(core, "outputs_queue", None)
+    if q is not None:
+        while not q.empty():
+            eng.step()
+        return
+    sched = getattr(getattr(core, "engine_core", None), "scheduler", None)
+    for _ in range(max_steps):
+        if sched is None or not sched.has_requests():
+            return
+        eng.step()
 
 
 def _engine_core(llm):
@@ -110,6 +136,7 @@ def main():
                     "seconds": secs,
                 }
             elif op == "metrics":
+                _drain(llm)
                 reply = {"metrics": _metrics(llm)}
             elif op == "free_blocks":
                 reply = _free_blocks(llm)

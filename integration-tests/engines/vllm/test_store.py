@@ -53,9 +53,10 @@ def test_save_then_load_in_fresh_processes(pool, start, baseline, tmp_path):
     }))
     saver = start("saver", ktc=ktc(cache_prefix="store"), env={"MOONCAKE_CONFIG_PATH": str(cfg)})
     assert saver.tokens(PROMPTS) == baseline["store"]
-    c = counters(saver.metrics())
+    # Saves of the last blocks may complete after generate returned: their
+    # counters reach vLLM's metrics with the engine's next outputs.
+    c = counters(saver.metrics_until(lambda m: counters(m)["saved_blocks"] >= UNIQUE_BLOCKS, f"saved_blocks >= {UNIQUE_BLOCKS}"))
     assert c["failed_blocks"] == 0
-    assert c["saved_blocks"] >= UNIQUE_BLOCKS
     saver.close()
     keys = tenant_keys(pool, "store")
     assert len(keys) == UNIQUE_BLOCKS, f"pool keys after the saver exited: {sorted(keys)}"
