@@ -4,9 +4,9 @@
 # bundled test binaries against the bundled libcudart.so.12 (or
 # $MC_CUDART_PATH), printing one "PASS|FAIL|SKIP <test>" line per test and
 # one "GBPS <transfer> <size> <GB/s>" line per measured transfer, then
-# "gpu-check: PASS" or "gpu-check: FAIL" (also when a binary ran no GPU
-# test: on a GPU host a skip means the runtime or the device was not
-# found). Needs only the NVIDIA driver
+# "gpu-check: PASS" or "gpu-check: FAIL" (also when any GPU test was
+# skipped, even if others passed: on a GPU host a skip means the runtime
+# or the device was not found). Needs only the NVIDIA driver
 # (libcuda.so.1); every binary is bounded by a timeout (total < 5 min).
 set -uo pipefail
 
@@ -29,11 +29,14 @@ for bin in "$here"/bin/*.test; do
 		status=1
 		echo "FAIL $name (exit $rc); its output:"
 		tail -40 "$out" | sed 's/^/    /'
-	elif ! grep -qE -- '--- PASS: TestGPU' "$out"; then
-		status=1 # on a GPU host every GPU test must run
-		echo "FAIL $name: no GPU test ran (all skipped:"
+	elif grep -qE -- '--- SKIP: TestGPU' "$out"; then
+		status=1 # on a GPU host every GPU test must run: a skip means no runtime or no device
+		echo "FAIL $name: $(grep -cE -- '--- SKIP: TestGPU' "$out") GPU test(s) skipped (reasons:"
 		grep -E -B1 -- '--- SKIP' "$out" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | sed -E 's/^\s*[^ ]+:[0-9]+: //' | sort -u | head -3 | sed 's/^/    /'
 		echo "    )"
+	elif ! grep -qE -- '--- PASS: TestGPU' "$out"; then
+		status=1
+		echo "FAIL $name: it has no GPU test"
 	fi
 done
 

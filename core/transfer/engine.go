@@ -51,7 +51,8 @@ type Config struct {
 	// network transport (tcp, shm): two slices per executing request,
 	// page-locked when CUDA is a HostPinner, the device copy of one
 	// slice overlapping the transfer of the other. Default
-	// DefaultDeviceSlice (2 MiB); at most 1 GiB.
+	// DefaultDeviceSlice (2 MiB) when 0; at most 1 GiB; negative is
+	// ErrInvalidArgument.
 	DeviceSlice int
 }
 
@@ -64,8 +65,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: engine %q has no metadata store", ErrInvalidArgument, c.Name)
 	case c.Transport == nil:
 		return fmt.Errorf("%w: engine %q has no transport", ErrInvalidArgument, c.Name)
-	case c.DeviceSlice > 1<<30:
-		return fmt.Errorf("%w: engine %q: device slice of %d bytes (at most 1 GiB)", ErrInvalidArgument, c.Name, c.DeviceSlice)
+	case c.DeviceSlice > 1<<30 || c.DeviceSlice < 0:
+		return fmt.Errorf("%w: engine %q: device slice of %d bytes (want 0 for the default, or 1 byte to 1 GiB)", ErrInvalidArgument, c.Name, c.DeviceSlice)
 	}
 	return nil
 }

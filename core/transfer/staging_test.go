@@ -231,9 +231,11 @@ func TestDeviceStagingErrors(t *testing.T) {
 	}
 }
 
-// TestDeviceSliceConfig rejects a slice over 1 GiB.
+// TestDeviceSliceConfig rejects a slice over 1 GiB or negative.
 func TestDeviceSliceConfig(t *testing.T) {
-	_, err := transfer.New(context.Background(), transfer.Config{Name: "x", Metadata: memmeta.New(), Transport: tcp.New(tcp.Config{}), DeviceSlice: 2 << 30})
-	require.ErrorIs(t, err, transfer.ErrInvalidArgument)
-	require.Contains(t, err.Error(), "device slice")
+	for _, n := range []int{2 << 30, -1} {
+		_, err := transfer.New(context.Background(), transfer.Config{Name: "x", Metadata: memmeta.New(), Transport: tcp.New(tcp.Config{}), DeviceSlice: n})
+		require.ErrorIs(t, err, transfer.ErrInvalidArgument, n)
+		require.Contains(t, err.Error(), fmt.Sprintf("device slice of %d bytes", n))
+	}
 }

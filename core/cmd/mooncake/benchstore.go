@@ -24,16 +24,31 @@ import (
 
 // startCPUProfile starts the Go CPU profiler writing to path; the
 // returned func stops it and closes the file.
-func startCPUProfile(path string) (func(), error) {
+// openCPUProfile creates path for a Go CPU profile and returns start (begins
+// profiling into it; its error is pprof's) and stop (ends profiling if it
+// began, closes the file). The file is created at once, so a bad path is a
+// usage error before any pool starts; profiling begins only when start is
+// called (after the warmup: the profile holds the measured phases only).
+func openCPUProfile(path string) (start func() error, stop func(), err error) {
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	started := false
+	start = func() error {
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		started = true
+		return nil
+	}
+	stop = func() {
+		if started {
+			pprof.StopCPUProfile()
+		}
 		f.Close()
-		return nil, err
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return start, stop, nil
 }
 
 func benchStoreCmd() *cobra.Command {
@@ -70,8 +85,29 @@ evicting as a full cache does.`,
 			if protocol != "tcp" && protocol != "shm" {
 				return usageOf("bench store", "--protocol %q: want shm (shm for same-host peers, else tcp) or tcp", protocol)
 			}
-			if clients <= 0 || nodes <= 0 || ops < 0 || (ops == 0 && duration <= 0) {
-				return usageOf("bench store", "--clients and --nodes must be > 0, and --ops or --duration too")
+			switch {
+			case clients <= 0:
+				return usageOf("bench store", "--clients %d: want at least 1", clients)
+			case nodes <= 0:
+				return usageOf("bench store", "--nodes %d: want at least 1", nodes)
+			case ops < 0:
+				return usageOf("bench store", "--ops %d: want 0 (run for --duration) or more", ops)
+			case ops == 0 && duration <= 0:
+				return usageOf("bench store", "--duration %v: want a positive duration when --ops is 0", duration)
+			case warmup < 0:
+				return usageOf("bench store", "--warmup %v: want 0 (none) or a positive duration", warmup)
+			}
+			if warmup == 0 {
+				warmup = -1 // storebench: negative = no warmup (0 would be its default)
+			}
+			var startProfile func() error
+			if cpuProfile != "" {
+				start, stopProfile, err := openCPUProfile(cpuProfile)
+				if err != nil {
+					return usageOf("bench store", "--cpuprofile: %v", err)
+				}
+				defer stopProfile()
+				startProfile = start
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -125,15 +161,9 @@ evicting as a full cache does.`,
 				}
 				cls = append(cls, cl)
 			}
-			if cpuProfile != "" {
-				stopProfile, err := startCPUProfile(cpuProfile)
-				if err != nil {
-					return usageOf("bench store", "--cpuprofile: %v", err)
-				}
-				defer stopProfile()
-			}
 			res, err := storebench.Run(ctx, cls, storebench.Config{
 				ValueSize: int(vs), Ops: ops, Duration: duration, Warmup: warmup, WarmupFill: fill, Stages: stages,
+				Measure: startProfile,
 			})
 			res.Protocol = protocol
 			if err != nil {
@@ -161,7 +191,7 @@ evicting as a full cache does.`,
 	f.IntVar(&clients, "clients", 4, "concurrent clients, one worker each")
 	f.DurationVar(&duration, "duration", 5*time.Second, "measured time of each phase (put, then get)")
 	f.IntVar(&ops, "ops", 0, "operations per phase over all clients instead of --duration (0 = use --duration)")
-	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "unmeasured puts before the put phase")
+	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "unmeasured puts before the put phase (0 = none)")
 	f.BoolVar(&fill, "warmup-fill", true, "keep warming up until the pool was written once (steady state: puts evict)")
 	f.StringVar(&protocol, "protocol", "shm", "shm (shared memory to same-host peers, tcp otherwise) | tcp (tcp only)")
 	f.StringVar(&masterAddr, "master", "", "master gRPC address of an existing pool (default: start one in this process)")

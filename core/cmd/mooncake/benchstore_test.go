@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,7 +53,7 @@ func TestBenchStoreInProcess(t *testing.T) {
 }
 
 func TestBenchStoreHumanLine(t *testing.T) {
-	r := mooncake(t, 60*time.Second, "bench", "store", "--value-size", "4KiB", "--clients", "1", "--ops", "10", "--segment-size", "1MiB", "--warmup", "-1s")
+	r := mooncake(t, 60*time.Second, "bench", "store", "--value-size", "4KiB", "--clients", "1", "--ops", "10", "--segment-size", "1MiB", "--warmup", "0")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
@@ -68,7 +70,11 @@ func TestBenchStoreBadFlags(t *testing.T) {
 		{"--value-size", "0"},
 		{"--value-size", "lots"},
 		{"--clients", "0"},
+		{"--nodes", "0"},
+		{"--ops", "-1"},
 		{"--ops", "0", "--duration", "0s"},
+		{"--warmup", "-1s"},
+		{"--cpuprofile", "/nonexistent-dir/cpu.pprof"},
 		{"--segment-size", "-1"},
 		{"--master", "no-port"},
 	} {
@@ -79,6 +85,23 @@ func TestBenchStoreBadFlags(t *testing.T) {
 			}
 			oneLine(t, r.stderr)
 		})
+	}
+}
+
+// TestBenchStoreCPUProfile: --cpuprofile writes a non-empty Go profile
+// (pprof's gzip stream) of the measured phases.
+func TestBenchStoreCPUProfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.pprof")
+	res := benchStore(t, "--value-size", "64KiB", "--clients", "1", "--ops", "20", "--segment-size", "1MiB", "--warmup", "10ms", "--cpuprofile", path)
+	if res.Put.Ops != 20 {
+		t.Fatalf("result %+v", res)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("%s: %d bytes, not a gzip-compressed profile", path, len(b))
 	}
 }
 

@@ -90,6 +90,15 @@ func TestNodeSegmentOverMemory(t *testing.T) {
 	line = oneLine(t, r.stderr)
 	assert.Equal(t, 1, r.code, line)
 	assert.Equal(t, "mooncake node: cannot reach master "+addr+": connection refused", line)
+
+	// Asking for both is a usage error (before, --prefault was silently
+	// dropped); --prefault=false with --overcommit is fine.
+	r = mooncake(t, 30*time.Second, "node", "--master", addr, "--segment-size", "1TiB", "--overcommit", "--prefault", "--bind", "127.0.0.1:0")
+	line = oneLine(t, r.stderr)
+	assert.Equal(t, 2, r.code, line)
+	assert.Contains(t, line, "--prefault with --overcommit")
+	r = mooncake(t, 30*time.Second, "node", "--master", addr, "--segment-size", "1TiB", "--overcommit", "--prefault=false", "--bind", "127.0.0.1:0")
+	assert.Equal(t, 1, r.code, r.stderr)
 }
 
 // startMasterProcess runs `mooncake master` on 127.0.0.1 at free ports (or

@@ -38,6 +38,9 @@ func nodeCmd() *cobra.Command {
 			if size <= 0 {
 				return &exitError{2, fmt.Sprintf("mooncake node: --segment-size %q: must be a positive size such as 4GiB", segSize)}
 			}
+			if overcommit && prefault && cmd.Flags().Changed("prefault") {
+				return &exitError{2, "mooncake node: --prefault with --overcommit: allocating the whole segment at start defeats overcommitting it; pass one of them"}
+			}
 			// The segment is a sparse memory file: mapping more than the
 			// machine has succeeds, and fails only once writers fill it.
 			if err := checkMemory("--segment-size "+segSize, size, availableMemory(), 1); err != nil && !overcommit {

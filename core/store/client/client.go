@@ -255,10 +255,16 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 		// background, rather than on the first write into each 4 KiB:
 		// first touch of a memory file page runs at 1-2 GB/s (allocation
 		// and zeroing), so a large put into a fresh segment ran at a tenth
-		// of copy speed. Best effort; it stops when the segment is closed.
+		// of copy speed. Best effort (a failure is logged through
+		// Config.Logf: the segment then faults in on first use); it stops
+		// when the segment is closed.
 		if cfg.PrefaultSegment {
-			seg := c.segment
-			go func() { _ = seg.Prefault() }()
+			seg, size := c.segment, cfg.GlobalSegmentSize
+			go func() {
+				if err := seg.Prefault(); err != nil {
+					c.logf("prefault of the %d-byte segment stopped, the rest is allocated on first write: %v", size, err)
+				}
+			}()
 		}
 		c.segID = cfg.LocalHostname + "/" + randomID()
 	}

@@ -105,6 +105,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		}
 		return resp.Results, nil
 	})
+	sg.since(StagePutStart, t0)
 	if err != nil {
 		// The keys of the chunks that were started go on; the rest fail.
 		fill(errs[len(results):], err)
@@ -131,7 +132,7 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 		w.n = len(reqs) - w.first
 		writes = append(writes, w)
 	}
-	t0 = sg.since(StagePutStart, t0)
+	t0 = sg.restart(t0) // building the requests is in no stage
 	st, terr := c.run(ctx, reqs)
 	t0 = sg.since(StageWrite, t0)
 	var done, revoke []string

@@ -11,7 +11,7 @@ type Stage int
 // The steps of a put (PutStart RPC, WRITE transfer, PutEnd RPC) and of a
 // get (GetReplicaList RPC, READ transfer).
 const (
-	StagePutStart    Stage = iota // master PutStart (allocation), one RPC
+	StagePutStart    Stage = iota // master PutStart (allocation), one RPC (building the transfer requests after it is in no stage)
 	StageWrite                    // transfer engine WRITE into every replica, acknowledged
 	StagePutEnd                   // master PutEnd, one RPC
 	StageReplicaList              // master GetReplicaList (lease granted), one RPC
@@ -63,4 +63,13 @@ func (s *Stages) since(st Stage, t0 time.Time) time.Time {
 	now := time.Now()
 	s.D[st] += now.Sub(t0)
 	return now
+}
+
+// restart returns now, the start of the next stage, when s records (the
+// time since t0 then counts in no stage), else t0.
+func (s *Stages) restart(t0 time.Time) time.Time {
+	if s == nil {
+		return t0
+	}
+	return time.Now()
 }

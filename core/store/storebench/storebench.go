@@ -54,6 +54,10 @@ type Config struct {
 	// redis-benchmark's SET, which overwrites one key). Without it the put
 	// phase also pays the first touch of the pool's pages.
 	WarmupFill bool
+	// Measure, when set, is called once after the warmup, just before the
+	// put phase (e.g. to start a CPU profile of the measured phases only);
+	// its error ends Run with it.
+	Measure func() error
 	// KeyPrefix prefixes every key; default "storebench-<random>/".
 	KeyPrefix string
 	// Capacity is the pool's size in bytes, used to size the get phase's
@@ -179,6 +183,11 @@ func Run(ctx context.Context, clients []*client.Client, cfg Config) (Result, err
 			if !cfg.WarmupFill || written >= cfg.Capacity {
 				break
 			}
+		}
+	}
+	if cfg.Measure != nil {
+		if err := cfg.Measure(); err != nil {
+			return res, err
 		}
 	}
 	var err error
