@@ -150,6 +150,63 @@ type HostPinner interface {
 	PinHost(b []byte) (unpin func() error, err error)
 }
 
+// HostStaging is an off-heap host buffer through which a transport moves
+// bytes between the network and one device's memory (a tcp server's
+// per-connection bounce buffer), page-locked when the runtime is a
+// HostPinner so that its copies run as DMA. Not safe for concurrent
+// Close.
+type HostStaging struct {
+	region *memory.Region
+	unpin  func() error // nil when not pinned
+}
+
+// NewHostStaging maps n bytes (> 0) off the Go heap for copies to and from
+// d's device, pinned when d's runtime can pin (a failed pin leaves them
+// pageable: copies still work, slower). Errors: ErrInvalidArgument for
+// n <= 0; ErrUnsupported without a runtime; the mapping's.
+func (d DeviceRange) NewHostStaging(n int) (*HostStaging, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: host staging of %d bytes", ErrInvalidArgument, n)
+	}
+	if d.rt == nil {
+		return nil, fmt.Errorf("%w: no CUDA runtime for device range %#x", ErrUnsupported, d.Addr)
+	}
+	r, err := memory.Map(n)
+	if err != nil {
+		return nil, fmt.Errorf("host staging of %d bytes: %w", n, err)
+	}
+	h := &HostStaging{region: r}
+	if hp, ok := d.rt.(HostPinner); ok {
+		if unpin, err := hp.PinHost(r.Bytes()); err == nil {
+			h.unpin = unpin
+		}
+	}
+	return h, nil
+}
+
+// Bytes is the buffer (valid until Close).
+func (h *HostStaging) Bytes() []byte { return h.region.Bytes() }
+
+// Pinned reports whether the buffer is page-locked.
+func (h *HostStaging) Pinned() bool { return h.unpin != nil }
+
+// Close unpins and unmaps the buffer; a nil h is a no-op. Errors: the
+// unpin's (the buffer is unmapped regardless).
+func (h *HostStaging) Close() error {
+	if h == nil {
+		return nil
+	}
+	var err error
+	if h.unpin != nil {
+		err = h.unpin()
+		h.unpin = nil
+	}
+	if cerr := h.region.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // DefaultDeviceSlice is Config.DeviceSlice's default: 2 MiB slices, the
 // size at which a pinned cudaMemcpy reaches most of the link's bandwidth
 // while a request still has several slices in flight.

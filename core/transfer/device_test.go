@@ -519,6 +519,24 @@ func TestDeviceTransfers(t *testing.T) {
 				check("batched read", dev(da)[off+blk:off+2*blk], dev(db)[off+2*blk:off+3*blk])
 			}
 
+			// Every host<->device copy on the network path, the
+			// initiator's staging and the tcp server's bounce buffer
+			// alike, ran from page-locked host memory.
+			if !ipc {
+				g.logMu.Lock()
+				unpinned := 0
+				for _, c := range g.log {
+					if !c.pinned {
+						unpinned++
+					}
+				}
+				n := len(g.log)
+				g.logMu.Unlock()
+				if n == 0 || unpinned > 0 {
+					t.Errorf("%d of %d host<->device copies from pageable memory", unpinned, n)
+				}
+			}
+
 			// Out of the published buffer: refused before anything moves.
 			err = a.e.TransferSync(ctx, []transfer.Request{{Op: transfer.Write, Source: da, Target: id, TargetOffset: db + size - 10, Length: 100}})
 			if !errors.Is(err, transfer.ErrAddressNotRegistered) {
@@ -771,4 +789,19 @@ func TestScatterGatherDevice(t *testing.T) {
 	xfer(t, a.e, transfer.Request{Op: transfer.Read, Target: id, TargetOffset: hb.Addr() + 64, Length: n, Pieces: back})
 	got := append(append(append([]byte(nil), devA[200000:200100]...), ha.Bytes()[300000:305000]...), devA[400000:470000]...)
 	require.Equal(t, want, got, "scattered read into host and device pieces")
+}
+
+// TestHostStagingErrors: a staging buffer needs a size and a runtime.
+func TestHostStagingErrors(t *testing.T) {
+	var d transfer.DeviceRange // no runtime
+	if _, err := d.NewHostStaging(4096); !errors.Is(err, transfer.ErrUnsupported) {
+		t.Errorf("NewHostStaging without a runtime = %v, want ErrUnsupported", err)
+	}
+	if _, err := d.NewHostStaging(0); !errors.Is(err, transfer.ErrInvalidArgument) {
+		t.Errorf("NewHostStaging(0) = %v, want ErrInvalidArgument", err)
+	}
+	var h *transfer.HostStaging
+	if err := h.Close(); err != nil {
+		t.Errorf("nil Close = %v", err)
+	}
 }

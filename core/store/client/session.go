@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
@@ -55,6 +56,12 @@ type session struct {
 // sessionQueue is how many requests may wait for a stream's sender; a
 // call finding it full waits for room (or its context).
 const sessionQueue = 1024
+
+// maxSessionRequestBytes is the largest request sent on the stream, under
+// the master's 4 MiB receive limit (gRPC's default): a larger one would
+// end the stream for every call on it; it goes out as its unary RPC
+// instead, which fails alone (ResourceExhausted) if the master refuses it.
+const maxSessionRequestBytes = 3 << 20
 
 func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
 	s := &session{conn: conn, rpc: rpc}
@@ -160,6 +167,9 @@ func (s *session) read(st pb.Master_SessionClient) {
 // failure as a gRPC status error, as the unary RPC would return it;
 // ctx.Err() when ctx ends first.
 func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.SessionResponse, error) {
+	if proto.Size(req) > maxSessionRequestBytes {
+		return nil, errNoSession
+	}
 	st, q, err := s.open()
 	if err != nil {
 		return nil, err

@@ -130,3 +130,29 @@ func TestSessionDeadlineWhileStreamBlocked(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionOversizedRequestGoesUnary: a request over the master's
+// receive limit is not sent on the stream (it would end the stream for
+// every call on it) but returned as errNoSession, so it goes out as its
+// unary RPC; the next normal request uses the stream.
+func TestSessionOversizedRequestGoesUnary(t *testing.T) {
+	m := &stuckMaster{read: true, got: make(chan uint64, 4)}
+	s, _ := stuckSession(t, m)
+	defer s.close()
+	keys := make([][]byte, 0, 1100)
+	for range cap(keys) {
+		keys = append(keys, make([]byte, 4096))
+	}
+	_, err := s.call(context.Background(), &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: keys}}})
+	require.ErrorIs(t, err, errNoSession)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: keys[:1]}}})
+	require.ErrorIs(t, err, context.DeadlineExceeded) // the stuck master never answers
+	select {
+	case id := <-m.got:
+		assert.Equal(t, uint64(1), id, "the first request on the stream is the small one")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the small request never reached the master's stream")
+	}
+}

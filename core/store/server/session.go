@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	gstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
@@ -15,6 +17,22 @@ import (
 // maxSessionCalls bounds the calls of one Session stream running at once,
 // so that one client cannot start unbounded work on the master.
 const maxSessionCalls = 256
+
+// maxSessionResponseBytes is the largest answer sent on a Session stream,
+// under the client's 64 MiB receive limit: a larger one would fail the
+// client's Recv and so the stream, with every call in flight on it. Such
+// an answer goes out as ResourceExhausted for its call alone.
+const maxSessionResponseBytes = 32 << 20
+
+// capResponse returns resp, or, when it encodes to more than limit bytes,
+// a ResourceExhausted answer to the same id naming its size.
+func capResponse(resp *pb.SessionResponse, limit int) *pb.SessionResponse {
+	if n := proto.Size(resp); n > limit {
+		return &pb.SessionResponse{Id: resp.Id, GrpcCode: int32(codes.ResourceExhausted),
+			GrpcMessage: fmt.Sprintf("session: answer of %d bytes exceeds the stream's %d-byte limit (ask for fewer keys per call)", n, limit)}
+	}
+	return resp
+}
 
 // chainUnary runs h inside the interceptors, first outermost, as
 // grpc.ChainUnaryInterceptor does for unary calls.
@@ -59,7 +77,7 @@ func (s *Server) Session(stream pb.Master_SessionServer) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			resp := s.sessionCall(ctx, req)
+			resp := capResponse(s.sessionCall(ctx, req), maxSessionResponseBytes)
 			sendMu.Lock()
 			_ = stream.Send(resp) // a failed send ends the stream; Recv sees it
 			sendMu.Unlock()

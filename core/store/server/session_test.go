@@ -57,3 +57,21 @@ func TestSessionCalls(t *testing.T) {
 		assert.Contains(t, rec.Body.String(), `master_rpc_requests_total{method="`+m+`"} 1`, m)
 	}
 }
+
+// TestSessionResponseCap: an answer over the limit becomes a
+// ResourceExhausted answer to the same id naming its size (sent, it would
+// fail the client's Recv and the stream with every call on it); one under
+// it is sent as it is.
+func TestSessionResponseCap(t *testing.T) {
+	big := &pb.StatusList{}
+	for range 1000 {
+		big.Results = append(big.Results, &pb.Status{Code: 1, Message: "a key's status message of some length"})
+	}
+	resp := &pb.SessionResponse{Id: 42, Result: &pb.SessionResponse_PutEnd{PutEnd: big}}
+	assert.Same(t, resp, capResponse(resp, 1<<20))
+	got := capResponse(resp, 1000)
+	assert.Equal(t, uint64(42), got.Id)
+	assert.Equal(t, int32(codes.ResourceExhausted), got.GrpcCode)
+	assert.Contains(t, got.GrpcMessage, "exceeds the stream's 1000-byte limit")
+	assert.Nil(t, got.Result)
+}

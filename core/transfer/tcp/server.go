@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 	"net"
@@ -142,7 +143,8 @@ func serve(c net.Conn, target transfer.Target) {
 	s := newSconn(c)
 	defer s.flush()
 	dt, _ := target.(transfer.DeviceTarget)
-	var bounce []byte // device memory staging, allocated on first use
+	var bounce *transfer.HostStaging // device memory staging, allocated on first use
+	defer func() { _ = bounce.Close() }()
 	for {
 		hdr, err := s.header()
 		if err != nil {
@@ -169,10 +171,7 @@ func serve(c net.Conn, target transfer.Target) {
 				// payload longer than any stream can carry (the drain
 				// would take size as a negative count) is a protocol
 				// error.
-				if size > math.MaxInt64 {
-					return
-				}
-				if _, err := io.CopyN(io.Discard, s, int64(size)); err != nil || !v2 {
+				if drain(s, size) != nil || !v2 {
 					return
 				}
 				if s.ack(statusRej, size) != nil {
@@ -211,15 +210,40 @@ func serve(c net.Conn, target transfer.Target) {
 	}
 }
 
-// serveDevice serves one request on the device range dr through the
-// connection's bounce buffer (grown to at most deviceChunk bytes). It
-// returns false when the connection must be dropped.
-func serveDevice(s *sconn, bounce *[]byte, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
-	size := dr.Length
-	if want := int(min(size, deviceChunk)); len(*bounce) < want {
-		*bounce = make([]byte, want)
+// drain reads and discards a refused WRITE's size-byte payload. A payload
+// longer than any stream can carry is a protocol error.
+func drain(s *sconn, size uint64) error {
+	if size > math.MaxInt64 {
+		return errors.New("tcp: payload length over 2^63")
 	}
-	b := *bounce
+	_, err := io.CopyN(io.Discard, s, int64(size))
+	return err
+}
+
+// serveDevice serves one request on the device range dr through the
+// connection's bounce buffer (off the Go heap, page-locked when the
+// runtime can pin; grown to at most deviceChunk bytes). It returns false
+// when the connection must be dropped.
+func serveDevice(s *sconn, bounce **transfer.HostStaging, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
+	size := dr.Length
+	if want := int(min(size, deviceChunk)); *bounce == nil || len((*bounce).Bytes()) < want {
+		// Grown straight to deviceChunk once a request needs more than
+		// the first size: one pin per connection, not one per size.
+		if *bounce != nil {
+			_ = (*bounce).Close()
+			want = deviceChunk
+		}
+		*bounce = nil
+		nb, err := dr.NewHostStaging(want)
+		if err != nil { // no memory for staging: refuse the request
+			if !v2 || (op == transfer.Write && drain(s, size) != nil) {
+				return false
+			}
+			return s.ack(statusRej, size) == nil
+		}
+		*bounce = nb
+	}
+	b := (*bounce).Bytes()
 	switch op {
 	case transfer.Write:
 		var cerr error

@@ -14,12 +14,15 @@
 //
 // Device (GPU) memory: when the target is a transfer.DeviceTarget and a
 // range is one of its device buffers, the server moves the bytes through a
-// per-connection host bounce buffer (at most deviceChunk bytes): a WRITE's
+// per-connection host bounce buffer (at most deviceChunk bytes, off the Go
+// heap, page-locked when the runtime can pin): a WRITE's
 // payload is received chunk by chunk and copied host to device, and
 // acknowledged only after the last copy landed; a READ is copied device to
 // host chunk by chunk and sent. A failed copy rejects the request (a READ
-// whose first chunk already went out drops the connection instead). Host
-// ranges never take this path.
+// whose first chunk already went out drops the connection instead), as
+// does a bounce buffer that cannot be allocated. Host ranges never take
+// this path. The copies of one connection do not overlap its network
+// reads and writes.
 //
 // A request is cut into slices (SliceSize, default 64 KiB as upstream) that
 // are dealt over up to Stripe connections of a per-peer pool (opened
