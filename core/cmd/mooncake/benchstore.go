@@ -26,15 +26,17 @@ import (
 // returned func stops it and closes the file.
 // openCPUProfile creates path for a Go CPU profile and returns start (begins
 // profiling into it; its error is pprof's) and stop (ends profiling if it
-// began, closes the file). The file is created at once, so a bad path is a
-// usage error before any pool starts; profiling begins only when start is
-// called (after the warmup: the profile holds the measured phases only).
-func openCPUProfile(path string) (start func() error, stop func(), err error) {
+// began and closes the file, removing it unless keep; later calls do
+// nothing). The file is created before any pool starts, so a bad path is a
+// usage error; profiling begins only when start is called (after the
+// warmup) and stop is called as soon as the measured phases end: the
+// profile holds those phases only. A run that fails leaves no file.
+func openCPUProfile(path string) (start func() error, stop func(keep bool), err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	started := false
+	started, stopped := false, false
 	start = func() error {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
@@ -42,11 +44,18 @@ func openCPUProfile(path string) (start func() error, stop func(), err error) {
 		started = true
 		return nil
 	}
-	stop = func() {
+	stop = func(keep bool) {
+		if stopped {
+			return
+		}
+		stopped = true
 		if started {
 			pprof.StopCPUProfile()
 		}
 		f.Close()
+		if !keep {
+			os.Remove(path)
+		}
 	}
 	return start, stop, nil
 }
@@ -88,7 +97,7 @@ evicting as a full cache does.`,
 			switch {
 			case clients <= 0:
 				return usageOf("bench store", "--clients %d: want at least 1", clients)
-			case nodes <= 0:
+			case nodes <= 0 && masterAddr == "":
 				return usageOf("bench store", "--nodes %d: want at least 1", nodes)
 			case ops < 0:
 				return usageOf("bench store", "--ops %d: want 0 (run for --duration) or more", ops)
@@ -100,14 +109,38 @@ evicting as a full cache does.`,
 			if warmup == 0 {
 				warmup = -1 // storebench: negative = no warmup (0 would be its default)
 			}
+			if vs < storebench.MinValueSize {
+				return usageOf("bench store", "--value-size %s: want at least %d bytes (each value starts with a %d-byte header)", valueSize, storebench.MinValueSize, storebench.MinValueSize)
+			}
+			if ops > 0 && ops < clients {
+				return usageOf("bench store", "--ops %d with --clients %d: want at least one op per client", ops, clients)
+			}
+			// A remote pool's addresses are checked before the profile file
+			// is created: a usage error leaves no file behind.
+			var meta *httpmeta.Client
+			if masterAddr != "" {
+				if metaURL == "" {
+					host, _, err := net.SplitHostPort(masterAddr)
+					if err != nil {
+						return usageOf("bench store", "--master %q: %v", masterAddr, err)
+					}
+					metaURL = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
+				}
+				m, err := httpmeta.NewClient(metaURL)
+				if err != nil {
+					return usageOf("bench store", "--metadata_server: %v", err)
+				}
+				meta = m
+			}
 			var startProfile func() error
+			stopProfile := func(bool) {}
 			if cpuProfile != "" {
-				start, stopProfile, err := openCPUProfile(cpuProfile)
+				start, stop, err := openCPUProfile(cpuProfile)
 				if err != nil {
 					return usageOf("bench store", "--cpuprofile: %v", err)
 				}
-				defer stopProfile()
-				startProfile = start
+				defer stop(false) // a run that fails before the measured phases end
+				startProfile, stopProfile = start, stop
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -128,17 +161,6 @@ evicting as a full cache does.`,
 				defer lc.Close()
 				newClient = lc.NewClient
 			} else {
-				if metaURL == "" {
-					host, _, err := net.SplitHostPort(masterAddr)
-					if err != nil {
-						return usageOf("bench store", "--master %q: %v", masterAddr, err)
-					}
-					metaURL = "http://" + net.JoinHostPort(host, "8080") + "/metadata"
-				}
-				meta, err := httpmeta.NewClient(metaURL)
-				if err != nil {
-					return usageOf("bench store", "--metadata_server: %v", err)
-				}
 				newClient = func(ctx context.Context, cfg client.Config) (*client.Client, error) {
 					cfg.MasterAddr, cfg.Metadata = masterAddr, meta
 					cfg.Transport = tcp.New(tcp.Config{BindAddr: bind})
@@ -165,6 +187,7 @@ evicting as a full cache does.`,
 				ValueSize: int(vs), Ops: ops, Duration: duration, Warmup: warmup, WarmupFill: fill, Stages: stages,
 				Measure: startProfile,
 			})
+			stopProfile(err == nil) // the profile ends with the measured phases, before clients and pool close
 			res.Protocol = protocol
 			if err != nil {
 				return fail(err)
@@ -191,7 +214,7 @@ evicting as a full cache does.`,
 	f.IntVar(&clients, "clients", 4, "concurrent clients, one worker each")
 	f.DurationVar(&duration, "duration", 5*time.Second, "measured time of each phase (put, then get)")
 	f.IntVar(&ops, "ops", 0, "operations per phase over all clients instead of --duration (0 = use --duration)")
-	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "unmeasured puts before the put phase (0 = none)")
+	f.DurationVar(&warmup, "warmup", 500*time.Millisecond, "unmeasured puts before the put phase (0 = none, and no --warmup-fill either)")
 	f.BoolVar(&fill, "warmup-fill", true, "keep warming up until the pool was written once (steady state: puts evict)")
 	f.StringVar(&protocol, "protocol", "shm", "shm (shared memory to same-host peers, tcp otherwise) | tcp (tcp only)")
 	f.StringVar(&masterAddr, "master", "", "master gRPC address of an existing pool (default: start one in this process)")

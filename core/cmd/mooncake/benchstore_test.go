@@ -65,26 +65,39 @@ func TestBenchStoreHumanLine(t *testing.T) {
 }
 
 func TestBenchStoreBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--protocol", "rdma"},
-		{"--value-size", "0"},
-		{"--value-size", "lots"},
-		{"--clients", "0"},
-		{"--nodes", "0"},
-		{"--ops", "-1"},
-		{"--ops", "0", "--duration", "0s"},
-		{"--warmup", "-1s"},
-		{"--cpuprofile", "/nonexistent-dir/cpu.pprof"},
-		{"--segment-size", "-1"},
-		{"--master", "no-port"},
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		flag string // the usage line must name it
+	}{
+		{[]string{"--protocol", "rdma"}, "--protocol"},
+		{[]string{"--value-size", "0"}, "--value-size"},
+		{[]string{"--value-size", "lots"}, "--value-size"},
+		{[]string{"--value-size", "8"}, "--value-size"},
+		{[]string{"--clients", "0"}, "--clients"},
+		{[]string{"--nodes", "0"}, "--nodes"},
+		{[]string{"--ops", "-1"}, "--ops"},
+		{[]string{"--ops", "2", "--clients", "4"}, "--ops"},
+		{[]string{"--ops", "0", "--duration", "0s"}, "--duration"},
+		{[]string{"--warmup", "-1s"}, "--warmup"},
+		{[]string{"--cpuprofile", "/nonexistent-dir/cpu.pprof"}, "--cpuprofile"},
+		{[]string{"--segment-size", "-1"}, "--segment-size"},
+		{[]string{"--master", "no-port"}, "--master"},
+		// A usage error found after --cpuprofile leaves no profile file.
+		{[]string{"--master", "no-port", "--cpuprofile", filepath.Join(dir, "p.pprof")}, "--master"},
 	} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			r := mooncake(t, 30*time.Second, append([]string{"bench", "store"}, args...)...)
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := mooncake(t, 30*time.Second, append([]string{"bench", "store"}, tc.args...)...)
 			if r.code != 2 {
 				t.Fatalf("exit %d, want 2\n%s", r.code, r.stderr)
 			}
-			oneLine(t, r.stderr)
+			if line := oneLine(t, r.stderr); !strings.Contains(line, tc.flag) {
+				t.Fatalf("usage line %q does not name %s", line, tc.flag)
+			}
 		})
+	}
+	if _, err := os.Stat(filepath.Join(dir, "p.pprof")); !os.IsNotExist(err) {
+		t.Fatalf("profile file after a usage error: %v", err)
 	}
 }
 

@@ -26,7 +26,7 @@ const (
 	maxBatchKeyBytes = 1 << 20
 	// maxRecvBytes is the largest answer the client accepts from the
 	// master (gRPC's default is 4 MiB).
-	maxRecvBytes = 64 << 20
+	maxRecvBytes = store.MaxAnswerBytes
 )
 
 // chunkEnd returns hi such that keys[lo:hi] is the next chunk: at least

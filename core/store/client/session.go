@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
 
@@ -58,10 +59,11 @@ type session struct {
 const sessionQueue = 1024
 
 // maxSessionRequestBytes is the largest request sent on the stream, under
-// the master's 4 MiB receive limit (gRPC's default): a larger one would
-// end the stream for every call on it; it goes out as its unary RPC
-// instead, which fails alone (ResourceExhausted) if the master refuses it.
-const maxSessionRequestBytes = 3 << 20
+// the master's receive limit (store.MaxRequestBytes) with room to spare: a
+// larger one would end the stream for every call on it; it goes out as
+// its unary RPC instead, which fails alone (ResourceExhausted) if the
+// master refuses it.
+const maxSessionRequestBytes = store.MaxRequestBytes - 1<<20
 
 func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
 	s := &session{conn: conn, rpc: rpc}

@@ -147,7 +147,8 @@ func New(m *master.Master, opts Options) *Server {
 	s.unary = chainUnary(ics)
 	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(ics...),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.InitialWindowSize(store.GRPCWindow), grpc.InitialConnWindowSize(store.GRPCWindow)}
+		grpc.InitialWindowSize(store.GRPCWindow), grpc.InitialConnWindowSize(store.GRPCWindow),
+		grpc.MaxRecvMsgSize(store.MaxRequestBytes)}
 	if opts.TLS != nil {
 		gopts = append(gopts, grpc.Creds(tlsconfig.ServerCredentials(opts.TLS, opts.Logf)))
 	}

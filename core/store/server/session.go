@@ -11,6 +11,7 @@ import (
 	gstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
 
@@ -18,11 +19,12 @@ import (
 // so that one client cannot start unbounded work on the master.
 const maxSessionCalls = 256
 
-// maxSessionResponseBytes is the largest answer sent on a Session stream,
-// under the client's 64 MiB receive limit: a larger one would fail the
-// client's Recv and so the stream, with every call in flight on it. Such
-// an answer goes out as ResourceExhausted for its call alone.
-const maxSessionResponseBytes = 32 << 20
+// maxSessionResponseBytes is the largest answer sent on a Session stream:
+// the client's receive limit (store.MaxAnswerBytes) less framing slack. A
+// larger one would fail the client's Recv and so the stream, with every
+// call in flight on it; the client would refuse it as a unary answer too.
+// Such an answer goes out as ResourceExhausted for its call alone.
+const maxSessionResponseBytes = store.MaxAnswerBytes - 64<<10
 
 // capResponse returns resp, or, when it encodes to more than limit bytes,
 // a ResourceExhausted answer to the same id naming its size.

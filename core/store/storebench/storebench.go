@@ -29,6 +29,10 @@ var ErrCorrupt = errors.New("storebench: value mismatch")
 // worker id (little-endian). Values must be at least this long.
 const headerSize = 16
 
+// MinValueSize is the smallest Config.ValueSize, in bytes: the per-value
+// header.
+const MinValueSize = headerSize
+
 // maxGetKeys bounds the keys one worker's get phase cycles over.
 const maxGetKeys = 4096
 

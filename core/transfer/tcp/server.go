@@ -221,20 +221,15 @@ func drain(s *sconn, size uint64) error {
 }
 
 // serveDevice serves one request on the device range dr through the
-// connection's bounce buffer (off the Go heap, page-locked when the
-// runtime can pin; grown to at most deviceChunk bytes). It returns false
+// connection's bounce buffer (deviceChunk bytes off the Go heap,
+// page-locked when the runtime can pin, made on the first device request). It returns false
 // when the connection must be dropped.
 func serveDevice(s *sconn, bounce **transfer.HostStaging, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
 	size := dr.Length
-	if want := int(min(size, deviceChunk)); *bounce == nil || len((*bounce).Bytes()) < want {
-		// Grown straight to deviceChunk once a request needs more than
-		// the first size: one pin per connection, not one per size.
-		if *bounce != nil {
-			_ = (*bounce).Close()
-			want = deviceChunk
-		}
-		*bounce = nil
-		nb, err := dr.NewHostStaging(want)
+	if *bounce == nil {
+		// deviceChunk at once: one pin per connection, whatever the
+		// sizes of its requests.
+		nb, err := dr.NewHostStaging(deviceChunk)
 		if err != nil { // no memory for staging: refuse the request
 			if !v2 || (op == transfer.Write && drain(s, size) != nil) {
 				return false

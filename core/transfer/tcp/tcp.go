@@ -14,8 +14,8 @@
 //
 // Device (GPU) memory: when the target is a transfer.DeviceTarget and a
 // range is one of its device buffers, the server moves the bytes through a
-// per-connection host bounce buffer (at most deviceChunk bytes, off the Go
-// heap, page-locked when the runtime can pin): a WRITE's
+// per-connection host bounce buffer (deviceChunk bytes, off the Go heap,
+// page-locked when the runtime can pin, made on first use): a WRITE's
 // payload is received chunk by chunk and copied host to device, and
 // acknowledged only after the last copy landed; a READ is copied device to
 // host chunk by chunk and sent. A failed copy rejects the request (a READ

@@ -57,14 +57,16 @@ def _drain(llm, max_steps=1000):
     saves that completed after the last token) reach the Prometheus
     counters only when the front end processes their outputs, which
     generate stops doing at its last token. Multiprocess engine core: the
-    outputs already queued are processed (none is waited for). In-process
+    outputs queued when called are processed (none is waited for). In-process
     engine core: it is stepped while it holds requests, at most max_steps
     times (an idle step waits at most mc_idle_wait_ms in the connector)."""
     eng = llm.llm_engine
     core = eng.engine_core
     q = getattr(core, "outputs_queue", None)
     if q is not None:
-        while not q.empty():
+        # Those queued now only: while saves are pending the engine core
+        # adds an output every step, so "until empty" need not end.
+        for _ in range(q.qsize()):
             eng.step()
         return
     sched = getattr(getattr(core, "engine_core", None), "scheduler", None)
