@@ -17,6 +17,12 @@ log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
 status=0
 
+# skip_reasons FILE: the distinct messages of the skipped tests in a
+# verbose go test log, at most three, indented.
+skip_reasons() {
+	grep -E -B1 -- '--- SKIP' "$1" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | sed -E 's/^\s*[^ ]+:[0-9]+: //' | sort -u | head -3 | sed 's/^/    /'
+}
+
 # GPU tests: every TestGPU* of each binary, verbose, 120 s each at most.
 for bin in "$here"/bin/*.test; do
 	name=$(basename "$bin" .test)
@@ -32,7 +38,7 @@ for bin in "$here"/bin/*.test; do
 	elif grep -qE -- '--- SKIP: TestGPU' "$out"; then
 		status=1 # on a GPU host every GPU test must run: a skip means no runtime or no device
 		echo "FAIL $name: $(grep -cE -- '--- SKIP: TestGPU' "$out") GPU test(s) skipped (reasons:"
-		grep -E -B1 -- '--- SKIP' "$out" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | sed -E 's/^\s*[^ ]+:[0-9]+: //' | sort -u | head -3 | sed 's/^/    /'
+		skip_reasons "$out"
 		echo "    )"
 	elif ! grep -qE -- '--- PASS: TestGPU' "$out"; then
 		status=1
@@ -52,7 +58,7 @@ if [ -x "$bench" ]; then
 		grep -q '^BenchmarkGPUTransfers/' "$out" || {
 			status=1
 			echo "FAIL BenchmarkGPUTransfers skipped:"
-			grep -E -B1 -- '--- SKIP' "$out" | grep -vE -- '(^--$|--- SKIP|=== RUN)' | head -2 | sed 's/^/    /'
+			skip_reasons "$out"
 		}
 	else
 		status=1

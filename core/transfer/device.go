@@ -171,12 +171,20 @@ func (d DeviceRange) NewHostStaging(n int) (*HostStaging, error) {
 	if d.rt == nil {
 		return nil, fmt.Errorf("%w: no CUDA runtime for device range %#x", ErrUnsupported, d.Addr)
 	}
+	return newHostStaging(d.rt, n)
+}
+
+// newHostStaging maps n bytes off the Go heap and pins them when rt is a
+// HostPinner. Unpinned staging still works (the driver stages pageable
+// memory itself), only slower: a failed pin is not an error. Errors: the
+// mapping's.
+func newHostStaging(rt DeviceRuntime, n int) (*HostStaging, error) {
 	r, err := memory.Map(n)
 	if err != nil {
 		return nil, fmt.Errorf("host staging of %d bytes: %w", n, err)
 	}
 	h := &HostStaging{region: r}
-	if hp, ok := d.rt.(HostPinner); ok {
+	if hp, ok := rt.(HostPinner); ok {
 		if unpin, err := hp.PinHost(r.Bytes()); err == nil {
 			h.unpin = unpin
 		}
@@ -186,9 +194,6 @@ func (d DeviceRange) NewHostStaging(n int) (*HostStaging, error) {
 
 // Bytes is the buffer (valid until Close).
 func (h *HostStaging) Bytes() []byte { return h.region.Bytes() }
-
-// Pinned reports whether the buffer is page-locked.
-func (h *HostStaging) Pinned() bool { return h.unpin != nil }
 
 // Close unpins and unmaps the buffer; a nil h is a no-op. Errors: the
 // unpin's (the buffer is unmapped regardless).
@@ -213,12 +218,10 @@ func (h *HostStaging) Close() error {
 const DefaultDeviceSlice = 2 << 20
 
 // stager is one pair of host staging buffers (two slices of the engine's
-// DeviceSlice bytes each) in one off-heap region, page-locked when the
-// runtime can pin.
+// DeviceSlice bytes each) in one HostStaging.
 type stager struct {
-	region *memory.Region
-	bufs   [2][]byte
-	unpin  func() error // nil when not pinned
+	*HostStaging
+	bufs [2][]byte
 }
 
 // stagers is an engine's free list of stagers: one is taken per device
@@ -250,21 +253,12 @@ func (p *stagers) get() (*stager, error) {
 		return s, nil
 	}
 	p.mu.Unlock()
-	r, err := memory.Map(2 * p.slice)
+	h, err := newHostStaging(p.rt, 2*p.slice)
 	if err != nil {
-		return nil, fmt.Errorf("staging buffers of 2x%d bytes: %w", p.slice, err)
+		return nil, err
 	}
-	s := &stager{region: r}
-	b := r.Bytes()
-	s.bufs = [2][]byte{b[:p.slice:p.slice], b[p.slice:]}
-	if hp, ok := p.rt.(HostPinner); ok {
-		// Unpinned staging still works (the driver stages pageable
-		// memory itself), only slower: a failed pin is not an error.
-		if unpin, err := hp.PinHost(b); err == nil {
-			s.unpin = unpin
-		}
-	}
-	return s, nil
+	b := h.Bytes()
+	return &stager{HostStaging: h, bufs: [2][]byte{b[:p.slice:p.slice], b[p.slice:]}}, nil
 }
 
 // put gives s back (freeing it after close).
@@ -291,12 +285,7 @@ func (p *stagers) close() {
 	}
 }
 
-func (s *stager) free() {
-	if s.unpin != nil {
-		_ = s.unpin() // best effort: the region is unmapped next either way
-	}
-	_ = s.region.Close()
-}
+func (s *stager) free() { _ = s.Close() } // best effort: an unpin error still unmaps
 
 // pipeline moves n bytes in slices of len(bufs[0]) bytes through the two
 // staging buffers: fill(b, off) produces bytes [off, off+len(b)) of the

@@ -22,8 +22,6 @@ import (
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
 
-// startCPUProfile starts the Go CPU profiler writing to path; the
-// returned func stops it and closes the file.
 // openCPUProfile creates path for a Go CPU profile and returns start (begins
 // profiling into it; its error is pprof's) and stop (ends profiling if it
 // began and closes the file, removing it unless keep; later calls do
@@ -105,9 +103,6 @@ evicting as a full cache does.`,
 				return usageOf("bench store", "--duration %v: want a positive duration when --ops is 0", duration)
 			case warmup < 0:
 				return usageOf("bench store", "--warmup %v: want 0 (none) or a positive duration", warmup)
-			}
-			if warmup == 0 {
-				warmup = -1 // storebench: negative = no warmup (0 would be its default)
 			}
 			if vs < storebench.MinValueSize {
 				return usageOf("bench store", "--value-size %s: want at least %d bytes (each value starts with a %d-byte header)", valueSize, storebench.MinValueSize, storebench.MinValueSize)

@@ -6,8 +6,9 @@ import (
 
 // Batch calls are split so that every request fits one gRPC message.
 //
-// gRPC refuses a message over 4 MiB (the server's default receive limit),
-// and a batch call's request and answer grow with its keys: a single trace
+// The master refuses a request over store.MaxRequestBytes (4 MiB, gRPC's
+// default receive limit), and a batch call's request and answer grow with
+// its keys: a single trace
 // line of 16 MB holds about a million blocks, whose existence check alone
 // is a 40 MB request. So each batch method sends its keys in chunks of at
 // most maxBatchKeys keys and maxBatchKeyBytes key bytes (a chunk holds at
@@ -25,7 +26,7 @@ const (
 	// first).
 	maxBatchKeyBytes = 1 << 20
 	// maxRecvBytes is the largest answer the client accepts from the
-	// master (gRPC's default is 4 MiB).
+	// master (gRPC's default would be 4 MiB).
 	maxRecvBytes = store.MaxAnswerBytes
 )
 

@@ -49,8 +49,8 @@ type Config struct {
 	// default len(clients).
 	Concurrency int
 	// Warmup is how long workers put, unmeasured, before the put phase
-	// (opens the connections, faults in pages); default 500 ms, negative =
-	// none.
+	// (opens the connections, faults in pages); 0 or negative = none
+	// (`mooncake bench store` defaults to 500 ms).
 	Warmup time.Duration
 	// WarmupFill extends the warmup, in steps of Warmup, until Capacity
 	// bytes have been written: the pool is then full and every measured put
@@ -143,9 +143,6 @@ func Run(ctx context.Context, clients []*client.Client, cfg Config) (Result, err
 		return Result{}, fmt.Errorf("%w: want ops > 0 or a duration > 0 (ops %d, duration %v)", ErrConfig, cfg.Ops, cfg.Duration)
 	case cfg.Concurrency <= 0 || len(clients) < cfg.Concurrency || (cfg.Ops > 0 && cfg.Ops < cfg.Concurrency):
 		return Result{}, fmt.Errorf("%w: concurrency %d with %d clients and %d ops (one client per worker, at least one op each)", ErrConfig, cfg.Concurrency, len(clients), cfg.Ops)
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = 500 * time.Millisecond
 	}
 	if cfg.KeyPrefix == "" {
 		var b [6]byte
