@@ -103,7 +103,9 @@ def test_upstream_then_ours(our_wheel, upstream_wheel, tmp_path):
     v = Venv(tmp_path / "v")
     v.pip("install", "--quiet", "--no-deps", upstream_wheel)
     r = v.python("import mooncake.engine as e; print(type(e.TransferEngine).__name__)")
-    assert r.returncode == 0 and "pybind11" in r.stdout, "upstream alone imports (nothing of ours is involved)"
+    assert r.returncode == 0 and "pybind11" in r.stdout, (
+        "upstream alone imports (nothing of ours is involved); upstream's wheel needs Debian's libibverbs1, libnuma1"
+        f" and libcurl4 (.ci/run installs libibverbs-dev):\n{r.stderr[-600:]}")
     v.pip("install", "--quiet", "--no-deps", our_wheel)
     assert_refused(v.python("import mooncake.engine"))
     assert_refused(v.python("from mooncake.store import MooncakeDistributedStore"))
