@@ -117,6 +117,12 @@ type Config struct {
 	LocalBufferSize uint64
 	// ReplicaNum is the default number of replicas per put; default 1.
 	ReplicaNum int
+	// PutReservations is how many reservations (space reserved at the
+	// master ahead of a put, see reserve.go) the client keeps per value
+	// size, so that a put of up to 64 MiB is one write and one master
+	// round trip; default 2, negative = none (every put is PutStart,
+	// write, PutEnd, as upstream). Ours.
+	PutReservations int
 	// PingInterval is the heartbeat period; default 1 s (upstream).
 	PingInterval time.Duration
 	// RPCTimeout bounds each master RPC; default 30 s (upstream MC_RPC_TIMEOUT_MS).
@@ -161,6 +167,9 @@ type Client struct {
 	tierCancel context.CancelFunc // stops tierLoop
 	tierDone   chan struct{}      // closed when tierLoop returns
 
+	resv resvPool       // reservations held (reserve.go)
+	bg   sync.WaitGroup // reservation requests running in the background
+
 	mu struct {
 		sync.Mutex
 		scratch *alloc.Allocator // over local
@@ -196,6 +205,9 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	if cfg.LocalHostname == "" {
 		h, _ := os.Hostname()
 		cfg.LocalHostname = h + "-" + randomID()
+	}
+	if cfg.PutReservations == 0 {
+		cfg.PutReservations = 2
 	}
 	if cfg.ReplicaNum <= 0 {
 		cfg.ReplicaNum = 1
@@ -436,6 +448,8 @@ func (c *Client) Close() error {
 	}
 	c.mu.closed = true
 	c.mu.Unlock()
+	c.bg.Wait()
+	c.releaseReservations()
 	close(c.stop)
 	<-c.done
 	if c.tierCancel != nil {

@@ -93,6 +93,17 @@ func (c *Client) BatchPutFromParts(ctx context.Context, keys []string, parts [][
 	for i, ps := range parts {
 		sizes[i] = partsLen(ps) // 0 is refused by the master, per key
 	}
+	if c.reservable(opts) {
+		return c.putReserved(ctx, keys, parts, sizes, opts)
+	}
+	return c.putStartEnd(ctx, keys, parts, sizes, opts)
+}
+
+// putStartEnd puts keys the two-call way (upstream's): PutStart, write,
+// PutEnd (PutRevoke for a failed write). sizes[i] is the length of
+// parts[i].
+func (c *Client) putStartEnd(ctx context.Context, keys []string, parts [][][]byte, sizes []uint64, opts *PutOptions) []error {
+	errs := make([]error, len(keys))
 	rc := c.replicaConfig(opts)
 	sg := stagesOf(ctx)
 	t0 := time.Now()

@@ -50,8 +50,21 @@ type session struct {
 		cancel  context.CancelFunc      // ends stream
 		pending map[uint64]chan *pb.SessionResponse
 		next    uint64
-		off     bool // unary only (no Session at the master, etcd:// address, closed)
+		off     bool   // unary only (no Session at the master, etcd:// address, closed)
+		gen     uint64 // streams opened so far: the current one's number
 	}
+}
+
+// generation is the number of the stream open now, 0 when none is: a
+// reservation granted on one stream is not used on another (the master
+// may have restarted or failed over in between).
+func (s *session) generation() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.stream == nil {
+		return 0
+	}
+	return s.mu.gen
 }
 
 // sessionQueue is how many requests may wait for a stream's sender; a
@@ -95,6 +108,7 @@ func (s *session) open() (pb.Master_SessionClient, chan<- *pb.SessionRequest, er
 	}
 	q := make(chan *pb.SessionRequest, sessionQueue)
 	s.mu.stream, s.mu.sendq, s.mu.cancel = st, q, cancel
+	s.mu.gen++
 	s.wg.Add(2)
 	go s.read(st)
 	go s.send(ctx, st, q)
@@ -286,4 +300,17 @@ func (c *Client) batchGetReplicaList(ctx context.Context, in *pb.KeysRequest) (*
 		return r, nil
 	}
 	return nil, status.Error(codes.Internal, "session: answer to BatchGetReplicaList carries no result")
+}
+
+// batchPutCommit goes over the session only (errNoSession without one):
+// reservations are used only on the stream they were granted on.
+func (c *Client) batchPutCommit(ctx context.Context, in *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
+	resp, err := c.sess.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutCommit{PutCommit: in}})
+	if err != nil {
+		return nil, err
+	}
+	if r := resp.GetPutCommit(); r != nil {
+		return r, nil
+	}
+	return nil, status.Error(codes.Internal, "session: answer to BatchPutCommit carries no result")
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// reserved (its writer may still be writing) before it is freed; default
 	// 600 s.
 	PutStartReleaseTimeout time.Duration
+	// ReservationTTL is the age after which Tick takes over an unused
+	// reservation (Reserve) like a stale write; default 30 s. Ours.
+	ReservationTTL time.Duration
 	// ClientTTL is how long a client stays alive without a Ping; when it
 	// passes, Tick unmounts the client's segments; default 10 s (upstream
 	// --client_ttl).
@@ -91,6 +94,9 @@ func (c *Config) defaults() {
 	}
 	if c.PutStartDiscardTimeout <= 0 {
 		c.PutStartDiscardTimeout = 30 * time.Second
+	}
+	if c.ReservationTTL <= 0 {
+		c.ReservationTTL = 30 * time.Second
 	}
 	if c.PutStartReleaseTimeout <= 0 {
 		c.PutStartReleaseTimeout = 600 * time.Second
@@ -314,6 +320,9 @@ type Master struct {
 	pendingFree  uint64                 // DRAM bytes offloads queued by eviction will free
 	inflight     map[*tierTask]struct{} // taken tier tasks
 	diskCapacity uint64                 // bytes over all disk tiers
+
+	resv      map[uint64]reservation // by id (reserve.go)
+	resvCount map[string]int         // reservations per client
 }
 
 // New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
@@ -431,6 +440,7 @@ func (m *Master) UnmountSegment(id, client string) error {
 	for _, o := range m.objectsOn(s) {
 		m.dropReplicasOn(o, s)
 	}
+	m.dropReservationsOn(s)
 	m.dropTier(s, s)
 	// Discarded ranges on this segment vanish with it.
 	for i := range m.discards {
@@ -673,6 +683,13 @@ func (m *Master) PutEnd(client, key string) error {
 	if o.complete {
 		return nil
 	}
+	m.complete(o)
+	return nil
+}
+
+// complete makes o (in the table, written) complete: readable, the most
+// recently used, and queued for offload where the config asks for it.
+func (m *Master) complete(o *object) {
 	o.complete = true
 	m.pol.insert(o)
 	m.refreshSoftPin(o)
@@ -682,7 +699,6 @@ func (m *Master) PutEnd(client, key string) error {
 			m.queueOffload(o, t, src, false)
 		}
 	}
-	return nil
 }
 
 // PutRevoke abandons an unfinished write of key and frees its space.
@@ -788,6 +804,7 @@ func (m *Master) Tick() (evicted int) {
 		}
 	}
 	m.releaseDiscards(now)
+	m.expireReservations(now)
 	m.expireTasks(now)
 	if m.capacity == 0 {
 		return 0

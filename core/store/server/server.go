@@ -524,3 +524,54 @@ func (s *Server) GetStats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsR
 	}
 	return out, nil
 }
+
+// MaxReserveBytes is the largest value size BatchPutCommit reserves space
+// for: larger values take PutStart + PutEnd, whose space is held only
+// while they are written.
+const MaxReserveBytes = 64 << 20
+
+// maxReservePerCall bounds reserve_sizes of one BatchPutCommit.
+const maxReservePerCall = 64
+
+// BatchPutCommit implements storepb.MasterServer (ours: see
+// storepb.PutCommitRequest): commits reservations[i] under keys[i]
+// (master.CommitReserved, pins from config), then releases the
+// reservations named in release (master.ReleaseReserved; unknown ones
+// are ignored), then reserves one value of each reserve_sizes entry
+// (master.Reserve, placed by config). Results per key in input order;
+// lists of unequal lengths fail every key with INVALID_PARAMS; a reserve
+// size above MaxReserveBytes, or more than 64 of them, is refused in
+// that entry's status (INVALID_PARAMS).
+func (s *Server) BatchPutCommit(ctx context.Context, req *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
+	out := &pb.PutCommitResponse{Results: make([]*pb.Status, len(req.Keys)), Reserved: make([]*pb.Reservation, len(req.ReserveSizes))}
+	cfg := replicaConfig(req.Config)
+	bad := len(req.Reservations) != len(req.Keys) || len(req.Sizes) != len(req.Keys)
+	s.mu.Lock()
+	defer s.unlock()
+	for i, k := range req.Keys {
+		if bad {
+			out.Results[i] = status(store.Errorf(store.InvalidParams, "key %q: %d reservations and %d sizes for %d keys", string(k), len(req.Reservations), len(req.Sizes), len(req.Keys)))
+			continue
+		}
+		out.Results[i] = status(s.mu.m.CommitReserved(req.ClientId, req.Reservations[i], string(k), req.Sizes[i], cfg))
+	}
+	for _, id := range req.Release {
+		_ = s.mu.m.ReleaseReserved(req.ClientId, id)
+	}
+	for i, size := range req.ReserveSizes {
+		var (
+			r   master.Reservation
+			err error
+		)
+		switch {
+		case i >= maxReservePerCall:
+			err = store.Errorf(store.InvalidParams, "reserve: more than %d reservations in one call", maxReservePerCall)
+		case size > MaxReserveBytes:
+			err = store.Errorf(store.InvalidParams, "reserve: %d bytes exceed the reservation limit of %d bytes", size, MaxReserveBytes)
+		default:
+			r, err = s.mu.m.Reserve(req.ClientId, size, cfg)
+		}
+		out.Reserved[i] = &pb.Reservation{Id: r.ID, Status: status(err), Size: r.Size, Replicas: replicas(r.Replicas)}
+	}
+	return out, nil
+}

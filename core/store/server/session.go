@@ -114,6 +114,9 @@ func (s *Server) sessionCall(ctx context.Context, req *pb.SessionRequest) *pb.Se
 	case *pb.SessionRequest_GetReplicaList:
 		method, in = pb.Master_BatchGetReplicaList_FullMethodName, c.GetReplicaList
 		h = func(ctx context.Context, r any) (any, error) { return s.BatchGetReplicaList(ctx, r.(*pb.KeysRequest)) }
+	case *pb.SessionRequest_PutCommit:
+		method, in = pb.Master_BatchPutCommit_FullMethodName, c.PutCommit
+		h = func(ctx context.Context, r any) (any, error) { return s.BatchPutCommit(ctx, r.(*pb.PutCommitRequest)) }
 	default:
 		return &pb.SessionResponse{Id: req.Id, GrpcCode: int32(codes.InvalidArgument), GrpcMessage: "session request names no call"}
 	}
@@ -129,6 +132,8 @@ func (s *Server) sessionCall(ctx context.Context, req *pb.SessionRequest) *pb.Se
 		resp.Result = &pb.SessionResponse_PutStart{PutStart: r}
 	case *pb.BatchGetReplicaListResponse:
 		resp.Result = &pb.SessionResponse_GetReplicaList{GetReplicaList: r}
+	case *pb.PutCommitResponse:
+		resp.Result = &pb.SessionResponse_PutCommit{PutCommit: r}
 	case *pb.StatusList:
 		if _, end := req.Call.(*pb.SessionRequest_PutEnd); end {
 			resp.Result = &pb.SessionResponse_PutEnd{PutEnd: r}

@@ -2861,6 +2861,233 @@ func (x *CompleteTierTasksRequest) GetResults() []*TierTaskResult {
 	return nil
 }
 
+// One-round-trip puts (ours; upstream has PutStart + PutEnd only). A
+// client asks for reservations: space for a value of the given size
+// placed as a PutStart of config would place it, written by nobody yet,
+// under no key. It writes a value into a reservation and then commits
+// it under its key in one call: the object becomes complete at once, as
+// after PutEnd. So a put costs the transfer and one master round trip;
+// the commit's answer carries fresh reservations (reserve_sizes) for the
+// next puts. Reservations are not replicated to a standby master; the
+// master discards one unused for its reservation TTL.
+type PutCommitRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// reservations[i] (an id from an earlier answer) holds the value of
+	// keys[i]; sizes[i] must be the reservation's size.
+	Reservations []uint64 `protobuf:"varint,2,rep,packed,name=reservations,proto3" json:"reservations,omitempty"`
+	Keys         [][]byte `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	Sizes        []uint64 `protobuf:"varint,4,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	// With soft / hard pin apply to the committed keys; replica_num,
+	// preferred segments and host_id place the new reservations.
+	Config *ReplicaConfig `protobuf:"bytes,5,opt,name=config,proto3" json:"config,omitempty"`
+	// One new reservation per entry, of that many bytes.
+	ReserveSizes []uint64 `protobuf:"varint,6,rep,packed,name=reserve_sizes,json=reserveSizes,proto3" json:"reserve_sizes,omitempty"`
+	// Reservations to give back unused (their space is freed).
+	Release       []uint64 `protobuf:"varint,7,rep,packed,name=release,proto3" json:"release,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCommitRequest) Reset() {
+	*x = PutCommitRequest{}
+	mi := &file_master_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCommitRequest) ProtoMessage() {}
+
+func (x *PutCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCommitRequest.ProtoReflect.Descriptor instead.
+func (*PutCommitRequest) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PutCommitRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PutCommitRequest) GetReservations() []uint64 {
+	if x != nil {
+		return x.Reservations
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetSizes() []uint64 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetConfig() *ReplicaConfig {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetReserveSizes() []uint64 {
+	if x != nil {
+		return x.ReserveSizes
+	}
+	return nil
+}
+
+func (x *PutCommitRequest) GetRelease() []uint64 {
+	if x != nil {
+		return x.Release
+	}
+	return nil
+}
+
+type Reservation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`        // 0 when status is not OK
+	Status        *Status                `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"` // as PutStart's (NO_AVAILABLE_HANDLE, INVALID_PARAMS)
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Replicas      []*Replica             `protobuf:"bytes,4,rep,name=replicas,proto3" json:"replicas,omitempty"` // where to write, PROCESSING
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reservation) Reset() {
+	*x = Reservation{}
+	mi := &file_master_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reservation) ProtoMessage() {}
+
+func (x *Reservation) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reservation.ProtoReflect.Descriptor instead.
+func (*Reservation) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *Reservation) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Reservation) GetStatus() *Status {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *Reservation) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Reservation) GetReplicas() []*Replica {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type PutCommitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`   // one per key, as PutEnd's
+	Reserved      []*Reservation         `protobuf:"bytes,2,rep,name=reserved,proto3" json:"reserved,omitempty"` // one per reserve_sizes entry
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutCommitResponse) Reset() {
+	*x = PutCommitResponse{}
+	mi := &file_master_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutCommitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutCommitResponse) ProtoMessage() {}
+
+func (x *PutCommitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_master_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutCommitResponse.ProtoReflect.Descriptor instead.
+func (*PutCommitResponse) Descriptor() ([]byte, []int) {
+	return file_master_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PutCommitResponse) GetResults() []*Status {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *PutCommitResponse) GetReserved() []*Reservation {
+	if x != nil {
+		return x.Reserved
+	}
+	return nil
+}
+
 // Session carries the calls of a put or a get (BatchPutStart, BatchPutEnd,
 // BatchPutRevoke, BatchGetReplicaList) as messages of one long-lived
 // stream per client, so a call costs one message each way instead of a
@@ -2882,6 +3109,7 @@ type SessionRequest struct {
 	//	*SessionRequest_PutEnd
 	//	*SessionRequest_PutRevoke
 	//	*SessionRequest_GetReplicaList
+	//	*SessionRequest_PutCommit
 	Call          isSessionRequest_Call `protobuf_oneof:"call"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2889,7 +3117,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3129,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[43]
+	mi := &file_master_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3142,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{43}
+	return file_master_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SessionRequest) GetId() uint64 {
@@ -2974,6 +3202,15 @@ func (x *SessionRequest) GetGetReplicaList() *KeysRequest {
 	return nil
 }
 
+func (x *SessionRequest) GetPutCommit() *PutCommitRequest {
+	if x != nil {
+		if x, ok := x.Call.(*SessionRequest_PutCommit); ok {
+			return x.PutCommit
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Call interface {
 	isSessionRequest_Call()
 }
@@ -2994,6 +3231,10 @@ type SessionRequest_GetReplicaList struct {
 	GetReplicaList *KeysRequest `protobuf:"bytes,6,opt,name=get_replica_list,json=getReplicaList,proto3,oneof"`
 }
 
+type SessionRequest_PutCommit struct {
+	PutCommit *PutCommitRequest `protobuf:"bytes,7,opt,name=put_commit,json=putCommit,proto3,oneof"`
+}
+
 func (*SessionRequest_PutStart) isSessionRequest_Call() {}
 
 func (*SessionRequest_PutEnd) isSessionRequest_Call() {}
@@ -3001,6 +3242,8 @@ func (*SessionRequest_PutEnd) isSessionRequest_Call() {}
 func (*SessionRequest_PutRevoke) isSessionRequest_Call() {}
 
 func (*SessionRequest_GetReplicaList) isSessionRequest_Call() {}
+
+func (*SessionRequest_PutCommit) isSessionRequest_Call() {}
 
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3014,6 +3257,7 @@ type SessionResponse struct {
 	//	*SessionResponse_PutEnd
 	//	*SessionResponse_PutRevoke
 	//	*SessionResponse_GetReplicaList
+	//	*SessionResponse_PutCommit
 	Result        isSessionResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3021,7 +3265,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3033,7 +3277,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_master_proto_msgTypes[44]
+	mi := &file_master_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3046,7 +3290,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_master_proto_rawDescGZIP(), []int{44}
+	return file_master_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SessionResponse) GetId() uint64 {
@@ -3113,6 +3357,15 @@ func (x *SessionResponse) GetGetReplicaList() *BatchGetReplicaListResponse {
 	return nil
 }
 
+func (x *SessionResponse) GetPutCommit() *PutCommitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_PutCommit); ok {
+			return x.PutCommit
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Result interface {
 	isSessionResponse_Result()
 }
@@ -3133,6 +3386,10 @@ type SessionResponse_GetReplicaList struct {
 	GetReplicaList *BatchGetReplicaListResponse `protobuf:"bytes,7,opt,name=get_replica_list,json=getReplicaList,proto3,oneof"`
 }
 
+type SessionResponse_PutCommit struct {
+	PutCommit *PutCommitResponse `protobuf:"bytes,8,opt,name=put_commit,json=putCommit,proto3,oneof"`
+}
+
 func (*SessionResponse_PutStart) isSessionResponse_Result() {}
 
 func (*SessionResponse_PutEnd) isSessionResponse_Result() {}
@@ -3140,6 +3397,8 @@ func (*SessionResponse_PutEnd) isSessionResponse_Result() {}
 func (*SessionResponse_PutRevoke) isSessionResponse_Result() {}
 
 func (*SessionResponse_GetReplicaList) isSessionResponse_Result() {}
+
+func (*SessionResponse_PutCommit) isSessionResponse_Result() {}
 
 var File_master_proto protoreflect.FileDescriptor
 
@@ -3357,7 +3616,23 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
-	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\xd7\x02\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\xf6\x01\n" +
+	"\x10PutCommitRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\"\n" +
+	"\freservations\x18\x02 \x03(\x04R\freservations\x12\x12\n" +
+	"\x04keys\x18\x03 \x03(\fR\x04keys\x12\x14\n" +
+	"\x05sizes\x18\x04 \x03(\x04R\x05sizes\x128\n" +
+	"\x06config\x18\x05 \x01(\v2 .mooncake.store.v1.ReplicaConfigR\x06config\x12#\n" +
+	"\rreserve_sizes\x18\x06 \x03(\x04R\freserveSizes\x12\x18\n" +
+	"\arelease\x18\a \x03(\x04R\arelease\"\x9c\x01\n" +
+	"\vReservation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\x06status\x18\x02 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\x126\n" +
+	"\breplicas\x18\x04 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"\x84\x01\n" +
+	"\x11PutCommitResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12:\n" +
+	"\breserved\x18\x02 \x03(\v2\x1e.mooncake.store.v1.ReservationR\breserved\"\x9d\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3366,8 +3641,10 @@ const file_master_proto_rawDesc = "" +
 	"\aput_end\x18\x04 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\x06putEnd\x12?\n" +
 	"\n" +
 	"put_revoke\x18\x05 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\tputRevoke\x12J\n" +
-	"\x10get_replica_list\x18\x06 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\x0egetReplicaListB\x06\n" +
-	"\x04call\"\x8a\x03\n" +
+	"\x10get_replica_list\x18\x06 \x01(\v2\x1e.mooncake.store.v1.KeysRequestH\x00R\x0egetReplicaList\x12D\n" +
+	"\n" +
+	"put_commit\x18\a \x01(\v2#.mooncake.store.v1.PutCommitRequestH\x00R\tputCommitB\x06\n" +
+	"\x04call\"\xd1\x03\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1b\n" +
 	"\tgrpc_code\x18\x02 \x01(\x05R\bgrpcCode\x12!\n" +
@@ -3376,11 +3653,13 @@ const file_master_proto_rawDesc = "" +
 	"\aput_end\x18\x05 \x01(\v2\x1d.mooncake.store.v1.StatusListH\x00R\x06putEnd\x12>\n" +
 	"\n" +
 	"put_revoke\x18\x06 \x01(\v2\x1d.mooncake.store.v1.StatusListH\x00R\tputRevoke\x12Z\n" +
-	"\x10get_replica_list\x18\a \x01(\v2..mooncake.store.v1.BatchGetReplicaListResponseH\x00R\x0egetReplicaListB\b\n" +
+	"\x10get_replica_list\x18\a \x01(\v2..mooncake.store.v1.BatchGetReplicaListResponseH\x00R\x0egetReplicaList\x12E\n" +
+	"\n" +
+	"put_commit\x18\b \x01(\v2$.mooncake.store.v1.PutCommitResponseH\x00R\tputCommitB\b\n" +
 	"\x06result*E\n" +
 	"\vSegmentKind\x12\x19\n" +
 	"\x15SEGMENT_KIND_EMBEDDED\x10\x00\x12\x1b\n" +
-	"\x17SEGMENT_KIND_STANDALONE\x10\x012\xe6\x12\n" +
+	"\x17SEGMENT_KIND_STANDALONE\x10\x012\xc3\x13\n" +
 	"\x06Master\x12b\n" +
 	"\rBatchPutStart\x12'.mooncake.store.v1.BatchPutStartRequest\x1a(.mooncake.store.v1.BatchPutStartResponse\x12L\n" +
 	"\vBatchPutEnd\x12\x1e.mooncake.store.v1.KeysRequest\x1a\x1d.mooncake.store.v1.StatusList\x12O\n" +
@@ -3409,7 +3688,8 @@ const file_master_proto_rawDesc = "" +
 	"\x10UnmountLocalDisk\x12(.mooncake.store.v1.UnmountSegmentRequest\x1a\x19.mooncake.store.v1.Status\x12b\n" +
 	"\rPollTierTasks\x12'.mooncake.store.v1.PollTierTasksRequest\x1a(.mooncake.store.v1.PollTierTasksResponse\x12_\n" +
 	"\x11CompleteTierTasks\x12+.mooncake.store.v1.CompleteTierTasksRequest\x1a\x1d.mooncake.store.v1.StatusList\x12T\n" +
-	"\aSession\x12!.mooncake.store.v1.SessionRequest\x1a\".mooncake.store.v1.SessionResponse(\x010\x01B4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
+	"\aSession\x12!.mooncake.store.v1.SessionRequest\x1a\".mooncake.store.v1.SessionResponse(\x010\x01\x12[\n" +
+	"\x0eBatchPutCommit\x12#.mooncake.store.v1.PutCommitRequest\x1a$.mooncake.store.v1.PutCommitResponseB4Z2github.com/mooncake-go/mooncake/core/store/storepbb\x06proto3"
 
 var (
 	file_master_proto_rawDescOnce sync.Once
@@ -3424,7 +3704,7 @@ func file_master_proto_rawDescGZIP() []byte {
 }
 
 var file_master_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_master_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_master_proto_goTypes = []any{
 	(SegmentKind)(0),                    // 0: mooncake.store.v1.SegmentKind
 	(*Status)(nil),                      // 1: mooncake.store.v1.Status
@@ -3470,8 +3750,11 @@ var file_master_proto_goTypes = []any{
 	(*PollTierTasksResponse)(nil),       // 41: mooncake.store.v1.PollTierTasksResponse
 	(*TierTaskResult)(nil),              // 42: mooncake.store.v1.TierTaskResult
 	(*CompleteTierTasksRequest)(nil),    // 43: mooncake.store.v1.CompleteTierTasksRequest
-	(*SessionRequest)(nil),              // 44: mooncake.store.v1.SessionRequest
-	(*SessionResponse)(nil),             // 45: mooncake.store.v1.SessionResponse
+	(*PutCommitRequest)(nil),            // 44: mooncake.store.v1.PutCommitRequest
+	(*Reservation)(nil),                 // 45: mooncake.store.v1.Reservation
+	(*PutCommitResponse)(nil),           // 46: mooncake.store.v1.PutCommitResponse
+	(*SessionRequest)(nil),              // 47: mooncake.store.v1.SessionRequest
+	(*SessionResponse)(nil),             // 48: mooncake.store.v1.SessionResponse
 }
 var file_master_proto_depIdxs = []int32{
 	2,  // 0: mooncake.store.v1.Replica.slices:type_name -> mooncake.store.v1.Slice
@@ -3505,75 +3788,84 @@ var file_master_proto_depIdxs = []int32{
 	1,  // 28: mooncake.store.v1.PollTierTasksResponse.status:type_name -> mooncake.store.v1.Status
 	40, // 29: mooncake.store.v1.PollTierTasksResponse.tasks:type_name -> mooncake.store.v1.TierTask
 	42, // 30: mooncake.store.v1.CompleteTierTasksRequest.results:type_name -> mooncake.store.v1.TierTaskResult
-	7,  // 31: mooncake.store.v1.SessionRequest.put_start:type_name -> mooncake.store.v1.BatchPutStartRequest
-	9,  // 32: mooncake.store.v1.SessionRequest.put_end:type_name -> mooncake.store.v1.KeysRequest
-	9,  // 33: mooncake.store.v1.SessionRequest.put_revoke:type_name -> mooncake.store.v1.KeysRequest
-	9,  // 34: mooncake.store.v1.SessionRequest.get_replica_list:type_name -> mooncake.store.v1.KeysRequest
-	8,  // 35: mooncake.store.v1.SessionResponse.put_start:type_name -> mooncake.store.v1.BatchPutStartResponse
-	10, // 36: mooncake.store.v1.SessionResponse.put_end:type_name -> mooncake.store.v1.StatusList
-	10, // 37: mooncake.store.v1.SessionResponse.put_revoke:type_name -> mooncake.store.v1.StatusList
-	12, // 38: mooncake.store.v1.SessionResponse.get_replica_list:type_name -> mooncake.store.v1.BatchGetReplicaListResponse
-	7,  // 39: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	9,  // 40: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 41: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 42: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 43: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 44: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	16, // 45: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	17, // 46: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	18, // 47: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	20, // 48: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	5,  // 49: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	23, // 50: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
-	23, // 51: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
-	23, // 52: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	23, // 53: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	23, // 54: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
-	24, // 55: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	25, // 56: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	9,  // 57: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
-	30, // 58: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	32, // 59: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
-	34, // 60: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
-	36, // 61: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
-	38, // 62: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
-	17, // 63: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	39, // 64: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
-	43, // 65: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
-	44, // 66: mooncake.store.v1.Master.Session:input_type -> mooncake.store.v1.SessionRequest
-	8,  // 67: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	10, // 68: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	10, // 69: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	12, // 70: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	14, // 71: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	10, // 72: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	1,  // 73: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	1,  // 74: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	19, // 75: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	22, // 76: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	6,  // 77: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
-	1,  // 78: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
-	1,  // 79: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
-	11, // 80: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
-	13, // 81: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
-	1,  // 82: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
-	26, // 83: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	26, // 84: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	29, // 85: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
-	1,  // 86: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
-	33, // 87: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
-	35, // 88: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
-	37, // 89: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
-	1,  // 90: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
-	1,  // 91: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
-	41, // 92: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
-	10, // 93: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
-	45, // 94: mooncake.store.v1.Master.Session:output_type -> mooncake.store.v1.SessionResponse
-	67, // [67:95] is the sub-list for method output_type
-	39, // [39:67] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	4,  // 31: mooncake.store.v1.PutCommitRequest.config:type_name -> mooncake.store.v1.ReplicaConfig
+	1,  // 32: mooncake.store.v1.Reservation.status:type_name -> mooncake.store.v1.Status
+	3,  // 33: mooncake.store.v1.Reservation.replicas:type_name -> mooncake.store.v1.Replica
+	1,  // 34: mooncake.store.v1.PutCommitResponse.results:type_name -> mooncake.store.v1.Status
+	45, // 35: mooncake.store.v1.PutCommitResponse.reserved:type_name -> mooncake.store.v1.Reservation
+	7,  // 36: mooncake.store.v1.SessionRequest.put_start:type_name -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 37: mooncake.store.v1.SessionRequest.put_end:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 38: mooncake.store.v1.SessionRequest.put_revoke:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 39: mooncake.store.v1.SessionRequest.get_replica_list:type_name -> mooncake.store.v1.KeysRequest
+	44, // 40: mooncake.store.v1.SessionRequest.put_commit:type_name -> mooncake.store.v1.PutCommitRequest
+	8,  // 41: mooncake.store.v1.SessionResponse.put_start:type_name -> mooncake.store.v1.BatchPutStartResponse
+	10, // 42: mooncake.store.v1.SessionResponse.put_end:type_name -> mooncake.store.v1.StatusList
+	10, // 43: mooncake.store.v1.SessionResponse.put_revoke:type_name -> mooncake.store.v1.StatusList
+	12, // 44: mooncake.store.v1.SessionResponse.get_replica_list:type_name -> mooncake.store.v1.BatchGetReplicaListResponse
+	46, // 45: mooncake.store.v1.SessionResponse.put_commit:type_name -> mooncake.store.v1.PutCommitResponse
+	7,  // 46: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 47: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 48: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 49: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 50: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 51: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	16, // 52: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	17, // 53: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	18, // 54: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	20, // 55: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	5,  // 56: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	23, // 57: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	23, // 58: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	23, // 59: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	23, // 60: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	23, // 61: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	24, // 62: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	25, // 63: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	9,  // 64: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	30, // 65: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 66: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	34, // 67: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	36, // 68: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	38, // 69: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
+	17, // 70: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	39, // 71: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
+	43, // 72: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
+	47, // 73: mooncake.store.v1.Master.Session:input_type -> mooncake.store.v1.SessionRequest
+	44, // 74: mooncake.store.v1.Master.BatchPutCommit:input_type -> mooncake.store.v1.PutCommitRequest
+	8,  // 75: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	10, // 76: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	10, // 77: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	12, // 78: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	14, // 79: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	10, // 80: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	1,  // 81: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	1,  // 82: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	19, // 83: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	22, // 84: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	6,  // 85: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	1,  // 86: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	1,  // 87: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	11, // 88: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	13, // 89: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	1,  // 90: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	26, // 91: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	26, // 92: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	29, // 93: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	1,  // 94: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	33, // 95: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	35, // 96: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	37, // 97: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	1,  // 98: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
+	1,  // 99: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
+	41, // 100: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
+	10, // 101: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
+	48, // 102: mooncake.store.v1.Master.Session:output_type -> mooncake.store.v1.SessionResponse
+	46, // 103: mooncake.store.v1.Master.BatchPutCommit:output_type -> mooncake.store.v1.PutCommitResponse
+	75, // [75:104] is the sub-list for method output_type
+	46, // [46:75] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
@@ -3581,17 +3873,19 @@ func file_master_proto_init() {
 	if File_master_proto != nil {
 		return
 	}
-	file_master_proto_msgTypes[43].OneofWrappers = []any{
+	file_master_proto_msgTypes[46].OneofWrappers = []any{
 		(*SessionRequest_PutStart)(nil),
 		(*SessionRequest_PutEnd)(nil),
 		(*SessionRequest_PutRevoke)(nil),
 		(*SessionRequest_GetReplicaList)(nil),
+		(*SessionRequest_PutCommit)(nil),
 	}
-	file_master_proto_msgTypes[44].OneofWrappers = []any{
+	file_master_proto_msgTypes[47].OneofWrappers = []any{
 		(*SessionResponse_PutStart)(nil),
 		(*SessionResponse_PutEnd)(nil),
 		(*SessionResponse_PutRevoke)(nil),
 		(*SessionResponse_GetReplicaList)(nil),
+		(*SessionResponse_PutCommit)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3599,7 +3893,7 @@ func file_master_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_master_proto_rawDesc), len(file_master_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,7 @@ const (
 	Master_PollTierTasks_FullMethodName       = "/mooncake.store.v1.Master/PollTierTasks"
 	Master_CompleteTierTasks_FullMethodName   = "/mooncake.store.v1.Master/CompleteTierTasks"
 	Master_Session_FullMethodName             = "/mooncake.store.v1.Master/Session"
+	Master_BatchPutCommit_FullMethodName      = "/mooncake.store.v1.Master/BatchPutCommit"
 )
 
 // MasterClient is the client API for Master service.
@@ -96,6 +97,8 @@ type MasterClient interface {
 	CompleteTierTasks(ctx context.Context, in *CompleteTierTasksRequest, opts ...grpc.CallOption) (*StatusList, error)
 	// Put and get calls multiplexed on one stream (see SessionRequest).
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
+	// Reserve, commit into and release reservations (see PutCommitRequest).
+	BatchPutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error)
 }
 
 type masterClient struct {
@@ -389,6 +392,16 @@ func (c *masterClient) Session(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
 
+func (c *masterClient) BatchPutCommit(ctx context.Context, in *PutCommitRequest, opts ...grpc.CallOption) (*PutCommitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutCommitResponse)
+	err := c.cc.Invoke(ctx, Master_BatchPutCommit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MasterServer is the server API for Master service.
 // All implementations must embed UnimplementedMasterServer
 // for forward compatibility.
@@ -427,6 +440,8 @@ type MasterServer interface {
 	CompleteTierTasks(context.Context, *CompleteTierTasksRequest) (*StatusList, error)
 	// Put and get calls multiplexed on one stream (see SessionRequest).
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
+	// Reserve, commit into and release reservations (see PutCommitRequest).
+	BatchPutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error)
 	mustEmbedUnimplementedMasterServer()
 }
 
@@ -520,6 +535,9 @@ func (UnimplementedMasterServer) CompleteTierTasks(context.Context, *CompleteTie
 }
 func (UnimplementedMasterServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedMasterServer) BatchPutCommit(context.Context, *PutCommitRequest) (*PutCommitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchPutCommit not implemented")
 }
 func (UnimplementedMasterServer) mustEmbedUnimplementedMasterServer() {}
 func (UnimplementedMasterServer) testEmbeddedByValue()                {}
@@ -1035,6 +1053,24 @@ func _Master_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Master_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
+func _Master_BatchPutCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MasterServer).BatchPutCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Master_BatchPutCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MasterServer).BatchPutCommit(ctx, req.(*PutCommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Master_ServiceDesc is the grpc.ServiceDesc for Master service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1149,6 +1185,10 @@ var Master_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CompleteTierTasks",
 			Handler:    _Master_CompleteTierTasks_Handler,
+		},
+		{
+			MethodName: "BatchPutCommit",
+			Handler:    _Master_BatchPutCommit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,393 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/transfer"
+)
+
+// Reserved puts (ours; upstream's put is PutStart, write, PutEnd: two
+// master round trips). The client keeps, per value size, a few
+// reservations: space the master placed ahead of time under no key
+// (storepb.PutCommitRequest). A put of a size it holds one for writes
+// the value there and commits it under its key in one call, whose answer
+// brings a new reservation of the same size: one master round trip per
+// put. A size it holds none for is put the two-call way while a
+// reservation is asked for in the background, so the next put of that
+// size finds one.
+//
+// Safety: a reservation is written only within reserveMaxAge of the
+// answer that granted it and only on the Session stream that carried
+// that answer, so space a restarted or failed-over master (which knows
+// no reservations) handed to another object is never written (a
+// failover takes at least the etcd session TTL, 5 s); the master takes
+// over an unused reservation only after its reservation TTL (30 s), and
+// then holds the space as it does for a stale PutStart. A commit that
+// fails for any reason but a bad key (the reservation was lost: expired,
+// unmounted, another master) puts the value again the two-call way, so
+// such a failure costs time, never the value. Puts with preferred
+// segments or another replica count than the client's default, values
+// above reserveMaxBytes, and clients without a Session stream (etcd://
+// master addresses) use the two calls.
+
+const (
+	reserveMaxAge   = 2 * time.Second // a reservation is written only this soon after it was granted
+	reserveMaxBytes = 64 << 20        // the master's limit (server.MaxReserveBytes)
+	reserveMaxSizes = 4               // value sizes held at once; the least recently put size goes first
+	reservePerSize  = 16              // most reservations held of one size
+)
+
+// held is one reservation the client holds.
+type held struct {
+	id   uint64
+	size uint64
+	reps []*pb.Replica
+	at   time.Time // when the request that got it was sent
+	gen  uint64    // session stream it was granted on
+}
+
+// resvPool is the client's reservations.
+type resvPool struct {
+	mu      sync.Mutex
+	free    map[uint64][]held    // by size, oldest first
+	last    map[uint64]time.Time // last put of each size held
+	asking  map[uint64]bool      // a background request for the size runs
+	release []uint64             // to give back with the next request
+}
+
+func (p *resvPool) init() {
+	if p.free == nil {
+		p.free, p.last, p.asking = map[uint64][]held{}, map[uint64]time.Time{}, map[uint64]bool{}
+	}
+}
+
+// take returns a fresh reservation of size (granted on stream gen),
+// queueing the stale ones it meets for release. Caller holds p.mu.
+func (p *resvPool) take(size uint64, now time.Time, gen uint64) (held, bool) {
+	p.init()
+	p.last[size] = now
+	hs := p.free[size]
+	for len(hs) > 0 {
+		h := hs[0]
+		hs = hs[1:]
+		if h.gen == gen && gen != 0 && now.Sub(h.at) < reserveMaxAge {
+			p.free[size] = hs
+			return h, true
+		}
+		p.release = append(p.release, h.id)
+	}
+	delete(p.free, size)
+	return held{}, false
+}
+
+// add keeps h, or queues it for release when the pool is full. Caller
+// holds p.mu.
+func (p *resvPool) add(h held) {
+	p.init()
+	if _, ok := p.free[h.size]; !ok && len(p.free) >= reserveMaxSizes {
+		var lru uint64
+		first := true
+		for sz := range p.free {
+			if first || p.last[sz].Before(p.last[lru]) {
+				lru, first = sz, false
+			}
+		}
+		for _, o := range p.free[lru] {
+			p.release = append(p.release, o.id)
+		}
+		delete(p.free, lru)
+		delete(p.last, lru)
+	}
+	if len(p.free[h.size]) >= reservePerSize {
+		p.release = append(p.release, h.id)
+		return
+	}
+	p.free[h.size] = append(p.free[h.size], h)
+	if _, ok := p.last[h.size]; !ok {
+		p.last[h.size] = h.at
+	}
+}
+
+// takeReleases returns and clears the ids queued for release. Caller
+// holds p.mu.
+func (p *resvPool) takeReleases() []uint64 {
+	r := p.release
+	p.release = nil
+	return r
+}
+
+// reservable reports whether a put with opts may use reservations.
+func (c *Client) reservable(opts *PutOptions) bool {
+	if c.cfg.PutReservations < 0 {
+		return false
+	}
+	if opts == nil {
+		return true
+	}
+	return opts.PreferredSegment == "" && len(opts.PreferredSegments) == 0 && (opts.ReplicaNum <= 0 || opts.ReplicaNum == c.cfg.ReplicaNum)
+}
+
+// putReserved puts keys through reservations where the client holds one
+// of the value's size, and the rest the two-call way. Results as
+// BatchPutFromParts.
+func (c *Client) putReserved(ctx context.Context, keys []string, parts [][][]byte, sizes []uint64, opts *PutOptions) []error {
+	errs := make([]error, len(keys))
+	now := time.Now()
+	gen := c.sess.generation()
+	res := make([]held, len(keys))
+	var fast, slow []int
+	missing := map[uint64]int{}
+	c.resv.mu.Lock()
+	for i, sz := range sizes {
+		if sz == 0 || sz > reserveMaxBytes {
+			slow = append(slow, i)
+			continue
+		}
+		if h, ok := c.resv.take(sz, now, gen); ok {
+			res[i] = h
+			fast = append(fast, i)
+			continue
+		}
+		slow = append(slow, i)
+		missing[sz]++
+	}
+	c.resv.mu.Unlock()
+	if len(missing) > 0 {
+		c.refill(missing)
+	}
+	c.putSubset(ctx, keys, parts, sizes, opts, slow, errs)
+	if len(fast) > 0 {
+		redo := c.commitReserved(ctx, keys, parts, sizes, opts, fast, res, errs)
+		c.putSubset(ctx, keys, parts, sizes, opts, redo, errs)
+	}
+	return errs
+}
+
+// putSubset puts the keys idx the two-call way and sets their errs.
+func (c *Client) putSubset(ctx context.Context, keys []string, parts [][][]byte, sizes []uint64, opts *PutOptions, idx []int, errs []error) {
+	if len(idx) == 0 {
+		return
+	}
+	if len(idx) == len(keys) {
+		copy(errs, c.putStartEnd(ctx, keys, parts, sizes, opts))
+		return
+	}
+	ks, ps, ss := make([]string, len(idx)), make([][][]byte, len(idx)), make([]uint64, len(idx))
+	for j, i := range idx {
+		ks[j], ps[j], ss[j] = keys[i], parts[i], sizes[i]
+	}
+	for j, e := range c.putStartEnd(ctx, ks, ps, ss, opts) {
+		errs[idx[j]] = e
+	}
+}
+
+// commitReserved writes the values idx into their reservations res[i]
+// and commits them in one call that also asks for as many new
+// reservations. It sets errs for the keys it settles and returns the
+// keys to put again the two-call way (write or commit failed).
+func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]byte, sizes []uint64, opts *PutOptions, idx []int, res []held, errs []error) (redo []int) {
+	sg := stagesOf(ctx)
+	t0 := time.Now()
+	type write struct{ key, first, n int }
+	var (
+		reqs    []transfer.Request
+		writes  []write
+		release []uint64
+	)
+	for _, i := range idx {
+		first := len(reqs)
+		ok := true
+		for _, rep := range res[i].reps {
+			rs, err := c.transferReqs(ctx, transfer.Write, rep, parts[i])
+			if err != nil {
+				ok = false
+				break
+			}
+			reqs = append(reqs, rs...)
+		}
+		if !ok {
+			reqs = reqs[:first]
+			redo, release = append(redo, i), append(release, res[i].id)
+			continue
+		}
+		writes = append(writes, write{key: i, first: first, n: len(reqs) - first})
+	}
+	t0 = sg.restart(t0)
+	st, terr := c.run(ctx, reqs)
+	t0 = sg.since(StageWrite, t0)
+
+	rc := c.replicaConfig(opts)
+	in := &pb.PutCommitRequest{ClientId: c.id, Config: rc}
+	var committed []int
+	want := map[uint64]int{}
+	c.resv.mu.Lock()
+	for _, w := range writes {
+		ok := terr == nil
+		for j := w.first; ok && j < w.first+w.n; j++ {
+			ok = st[j].Status == transfer.StatusCompleted
+		}
+		i := w.key
+		if !ok {
+			release = append(release, res[i].id)
+			if ctx.Err() != nil {
+				errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], ctx.Err())
+			} else {
+				redo = append(redo, i)
+			}
+			continue
+		}
+		in.Reservations = append(in.Reservations, res[i].id)
+		in.Keys = append(in.Keys, []byte(keys[i]))
+		in.Sizes = append(in.Sizes, sizes[i])
+		if len(c.resv.free[sizes[i]])+want[sizes[i]] < max(c.cfg.PutReservations, 1) {
+			want[sizes[i]]++
+			in.ReserveSizes = append(in.ReserveSizes, sizes[i])
+		}
+		committed = append(committed, i)
+	}
+	in.Release = append(release, c.resv.takeReleases()...)
+	c.resv.mu.Unlock()
+	if len(in.Keys) == 0 && len(in.Release) == 0 {
+		return redo
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	sent := time.Now()
+	resp, err := c.batchPutCommit(rctx, in)
+	cancel()
+	gen := c.sess.generation()
+	sg.since(StagePutEnd, t0)
+	if err == nil && len(resp.Results) != len(in.Keys) {
+		err = errors.New("answer carries a wrong number of results")
+	}
+	if err != nil {
+		// Whether the keys were committed is unknown: put them again (an
+		// existing key is a success there).
+		if ctx.Err() != nil {
+			for _, i := range committed {
+				errs[i] = rpcErr("put commit", err)
+			}
+			return redo
+		}
+		return append(redo, committed...)
+	}
+	asked := int(rc.ReplicaNum)
+	var partial []int
+	c.resv.mu.Lock()
+	for j, i := range committed {
+		e := statusErr(resp.Results[j])
+		switch {
+		case e == nil:
+			if len(res[i].reps) < asked {
+				partial = append(partial, i)
+			}
+		case errors.Is(e, store.ErrObjectAlreadyExists):
+			// Upstream: a no-op success. The reservation is unchanged.
+			c.resv.add(res[i])
+		case errors.Is(e, store.ErrInvalidKey), errors.Is(e, store.ErrInvalidParams):
+			errs[i] = e
+			c.resv.add(res[i]) // refused before it was touched
+		default:
+			redo = append(redo, i)
+		}
+	}
+	for _, r := range resp.Reserved {
+		if statusErr(r.Status) == nil && r.Id != 0 {
+			c.resv.add(held{id: r.Id, size: r.Size, reps: r.Replicas, at: sent, gen: gen})
+		}
+	}
+	c.resv.mu.Unlock()
+	if opts != nil && opts.OnPartial != nil {
+		for _, i := range partial {
+			opts.OnPartial(keys[i], len(res[i].reps), asked)
+		}
+	}
+	return redo
+}
+
+// refill asks the master in the background for reservations of the
+// sizes puts missed (missing: size -> keys), up to PutReservations per
+// size (or as many as one put needed, at most reservePerSize), one
+// request per size at a time. It also gives back the reservations
+// queued for release.
+func (c *Client) refill(missing map[uint64]int) {
+	var sizes []uint64
+	c.resv.mu.Lock()
+	c.resv.init()
+	for sz, n := range missing {
+		if c.resv.asking[sz] {
+			continue
+		}
+		want := min(max(n, c.cfg.PutReservations), reservePerSize) - len(c.resv.free[sz])
+		for ; want > 0; want-- {
+			sizes = append(sizes, sz)
+		}
+		if len(sizes) > 0 && sizes[len(sizes)-1] == sz {
+			c.resv.asking[sz] = true
+		}
+	}
+	release := c.resv.takeReleases()
+	c.resv.mu.Unlock()
+	if len(sizes) == 0 && len(release) == 0 {
+		return
+	}
+	done := func() {
+		c.resv.mu.Lock()
+		for _, sz := range sizes {
+			delete(c.resv.asking, sz)
+		}
+		c.resv.mu.Unlock()
+	}
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		done()
+		return
+	}
+	c.bg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.bg.Done()
+		defer done()
+		ctx, cancel := c.rpcCtx(context.Background())
+		defer cancel()
+		sent := time.Now()
+		resp, err := c.batchPutCommit(ctx, &pb.PutCommitRequest{ClientId: c.id, Config: c.replicaConfig(nil), ReserveSizes: sizes, Release: release})
+		if err != nil {
+			return // the master takes the released ones over with its TTL
+		}
+		gen := c.sess.generation()
+		c.resv.mu.Lock()
+		defer c.resv.mu.Unlock()
+		for _, r := range resp.Reserved {
+			if statusErr(r.Status) == nil && r.Id != 0 {
+				c.resv.add(held{id: r.Id, size: r.Size, reps: r.Replicas, at: sent, gen: gen})
+			}
+		}
+	}()
+}
+
+// releaseReservations gives every reservation back (Close), best effort:
+// the master takes over the ones it does not hear of with its TTL.
+func (c *Client) releaseReservations() {
+	c.resv.mu.Lock()
+	ids := c.resv.takeReleases()
+	for _, hs := range c.resv.free {
+		for _, h := range hs {
+			ids = append(ids, h.id)
+		}
+	}
+	c.resv.free = nil
+	c.resv.last, c.resv.asking = nil, nil
+	c.resv.mu.Unlock()
+	if len(ids) == 0 || c.sess == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, cleanupTimeout))
+	defer cancel()
+	_, _ = c.batchPutCommit(ctx, &pb.PutCommitRequest{ClientId: c.id, Release: ids})
+}

@@ -1,0 +1,195 @@
+package master
+
+import (
+	"time"
+
+	"github.com/mooncake-go/mooncake/core/store"
+)
+
+// Reservations (ours; upstream has no equivalent): space a client holds
+// for a value it has not named yet, so that a put is one write and one
+// master call (CommitReserved) instead of PutStart, write, PutEnd.
+//
+// A reservation is an object without a key, placed as PutStart places a
+// value of its size, kept apart from the object table: it is not listed,
+// counted in Stats.Objects, evicted, removed by RemoveAll or replicated to
+// a standby master. CommitReserved moves it into the table under its key,
+// complete, exactly as PutEnd would leave it. A reservation unused for
+// Config.ReservationTTL is taken over like a stale write: its space stays
+// allocated until PutStartReleaseTimeout, in case its writer still writes
+// (a client uses one only within a few seconds of receiving it). One on a
+// segment that is unmounted disappears with it; a master that restarts or
+// fails over has none, and their commits fail with OBJECT_NOT_FOUND (the
+// client then puts the value the two-call way).
+
+// MaxReservationsPerClient bounds the reservations one client holds.
+const MaxReservationsPerClient = 64
+
+// Reservation is space reserved by Reserve.
+type Reservation struct {
+	ID       uint64    // names it in CommitReserved and ReleaseReserved
+	Size     uint64    // bytes
+	Replicas []Replica // where to write (PROCESSING)
+}
+
+// reservation is the master's record of one.
+type reservation struct {
+	o      *object // key "", not in the table; o.owner is interned
+	client string
+}
+
+// Reserve reserves space for a value of size bytes placed as PutStart of
+// cfg would place it (evicting as PutStart does), for client to write
+// and then commit under a key with CommitReserved. cfg's pins are not
+// used here (CommitReserved applies them). Errors: INVALID_PARAMS (size
+// 0, ReplicaNum <= 0, empty client, or client holds
+// MaxReservationsPerClient already); NO_AVAILABLE_HANDLE as PutStart's.
+func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reservation, error) {
+	switch {
+	case client == "":
+		return Reservation{}, store.Errorf(store.InvalidParams, "reserve: empty client id")
+	case size == 0:
+		return Reservation{}, store.Errorf(store.InvalidParams, "reserve: value size 0")
+	case cfg.ReplicaNum <= 0:
+		return Reservation{}, store.Errorf(store.InvalidParams, "reserve: replica_num %d", cfg.ReplicaNum)
+	case m.resvCount[client] >= MaxReservationsPerClient:
+		return Reservation{}, store.Errorf(store.InvalidParams, "reserve: client %q already holds %d reservations (the most one client may hold)", client, m.resvCount[client])
+	}
+	m.touchClient(client)
+	now := m.cfg.Now()
+	m.releaseDiscards(now)
+	if size > m.capacity {
+		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d bytes exceed pool capacity %d", size, m.capacity)
+	}
+	o := &object{size: size, when: m.stamp(now), leaseUntil: noStamp, id: m.nextID}
+	m.nextID++
+	cfg.WithSoftPin, cfg.WithHardPin = false, false
+	m.allocate(o, cfg, now)
+	if o.nreps() == 0 {
+		m.stats.AllocFailures++
+		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: no segment has %d free bytes", size)
+	}
+	o.owner = m.owners.intern(client)
+	if m.resv == nil {
+		m.resv, m.resvCount = map[uint64]reservation{}, map[string]int{}
+	}
+	m.resv[o.id] = reservation{o: o, client: client}
+	m.resvCount[client]++
+	return Reservation{ID: o.id, Size: size, Replicas: m.descs(o)}, nil
+}
+
+// CommitReserved stores the value client wrote into reservation id under
+// key, of size bytes (the reservation's size), complete and readable at
+// once, with cfg's pins: the object is as PutStart + PutEnd would have
+// left it. Errors: INVALID_PARAMS / INVALID_KEY for a bad key, or a size
+// that is not the reservation's; OBJECT_NOT_FOUND (no such reservation:
+// expired, dropped with its segment, committed already, or given by an
+// earlier master); ILLEGAL_CLIENT (another client's reservation);
+// OBJECT_ALREADY_EXISTS (key is complete, or being written for less than
+// PutStartDiscardTimeout): the reservation is kept, unchanged, for the
+// client's next value, as upstream's put of an existing key is a no-op.
+func (m *Master) CommitReserved(client string, id uint64, key string, size uint64, cfg ReplicaConfig) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	r, ok := m.resv[id]
+	switch {
+	case !ok:
+		return store.Errorf(store.ObjectNotFound, "key %q: reservation %d not found (expired, dropped with its segment, or from an earlier master)", key, id)
+	case r.client != client:
+		return store.Errorf(store.IllegalClient, "key %q: reservation %d is held by %q, not %q", key, id, r.client, client)
+	case size != r.o.size:
+		return store.Errorf(store.InvalidParams, "key %q: %d bytes for reservation %d of %d bytes", key, size, id, r.o.size)
+	}
+	m.touchClient(client)
+	now := m.cfg.Now()
+	if old := m.objects.get(key); old != nil {
+		if old.complete || time.Duration(m.stamp(now)-old.when) < m.cfg.PutStartDiscardTimeout {
+			return store.Errorf(store.ObjectAlreadyExists, "key %q", key)
+		}
+		m.discard(old, now)
+	}
+	m.dropReservation(id, false, nil)
+	o := r.o
+	o.key, o.when = key, m.stamp(now)
+	o.softPin, o.hardPin = cfg.WithSoftPin, cfg.WithHardPin
+	m.objects.put(o)
+	if o.softPin {
+		m.pinned.soft++
+	}
+	if o.hardPin {
+		m.pinned.hard++
+	}
+	m.complete(o)
+	return nil
+}
+
+// ReleaseReserved frees reservation id of client unused. Errors:
+// OBJECT_NOT_FOUND; ILLEGAL_CLIENT.
+func (m *Master) ReleaseReserved(client string, id uint64) error {
+	r, ok := m.resv[id]
+	switch {
+	case !ok:
+		return store.Errorf(store.ObjectNotFound, "reservation %d not found", id)
+	case r.client != client:
+		return store.Errorf(store.IllegalClient, "reservation %d is held by %q, not %q", id, r.client, client)
+	}
+	m.touchClient(client)
+	m.dropReservation(id, true, nil)
+	return nil
+}
+
+// Reservations is how many reservations the master holds, and their
+// bytes (counted in Stats.Used).
+func (m *Master) Reservations() (n int, bytes uint64) {
+	for _, r := range m.resv {
+		n++
+		bytes += r.o.size * uint64(r.o.nreps())
+	}
+	return n, bytes
+}
+
+// dropReservation removes reservation id from the master's records; with
+// free, its space is freed (pieces on gone, a segment being unmounted,
+// are only uncounted) and its owner released; without, the object lives
+// on (committed, or discarded).
+func (m *Master) dropReservation(id uint64, free bool, gone *segment) {
+	r := m.resv[id]
+	delete(m.resv, id)
+	if m.resvCount[r.client]--; m.resvCount[r.client] <= 0 {
+		delete(m.resvCount, r.client)
+	}
+	if !free {
+		return
+	}
+	var one [1]replica
+	for _, rep := range r.o.replicas(&one) {
+		m.freeReplica(r.o, rep, gone)
+	}
+	r.o.dropReplicas()
+	m.owners.release(r.o.owner)
+}
+
+// expireReservations takes over the reservations older than
+// ReservationTTL: their space goes to the discards (held until
+// PutStartReleaseTimeout).
+func (m *Master) expireReservations(now time.Time) {
+	for id, r := range m.resv {
+		if time.Duration(m.stamp(now)-r.o.when) < m.cfg.ReservationTTL {
+			continue
+		}
+		m.dropReservation(id, false, nil)
+		m.discard(r.o, now) // r.o is not in the table: only its space moves
+		m.owners.release(r.o.owner)
+	}
+}
+
+// dropReservationsOn frees the reservations with a range on s (being
+// unmounted: no write can reach that space any more).
+func (m *Master) dropReservationsOn(s *segment) {
+	for id, r := range m.resv {
+		if m.onSegment(r.o, s) {
+			m.dropReservation(id, true, s)
+		}
+	}
+}

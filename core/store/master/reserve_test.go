@@ -1,0 +1,152 @@
+package master
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mooncake-go/mooncake/core/store"
+)
+
+func TestReserveCommitMakesACompleteObject(t *testing.T) {
+	m, _ := newTestMaster(t, nil)
+	mustMount(t, m, "node", testSeg("a", 1<<20), testSeg("b", 1<<20))
+
+	r, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 2})
+	require.NoError(t, err)
+	require.Len(t, r.Replicas, 2)
+	assert.EqualValues(t, 4096, r.Size)
+	assert.Equal(t, ReplicaProcessing, r.Replicas[0].Status)
+	n, b := m.Reservations()
+	assert.Equal(t, 1, n)
+	assert.EqualValues(t, 2*4096, b)
+	assert.EqualValues(t, 2*4096, m.Stats().Used, "reserved space is used")
+	assert.Equal(t, 0, m.Stats().Objects, "a reservation is not an object")
+	keys, total, err := m.ListKeys("", 0)
+	require.NoError(t, err)
+	assert.Empty(t, keys)
+	assert.Zero(t, total)
+
+	require.NoError(t, m.CommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{WithSoftPin: true}))
+	reps, _, err := m.GetReplicaList("k")
+	require.NoError(t, err)
+	require.Len(t, reps, 2)
+	for i := range reps {
+		assert.Equal(t, ReplicaComplete, reps[i].Status)
+		assert.Equal(t, r.Replicas[i].Addr, reps[i].Addr, "the object is where the reservation was")
+	}
+	info, err := m.Stat("k")
+	require.NoError(t, err)
+	assert.True(t, info.SoftPin)
+	assert.Equal(t, "c1", info.Owner)
+	assert.Equal(t, 1, m.Stats().Objects)
+	assert.Equal(t, 1, m.Stats().SoftPinned)
+	n, _ = m.Reservations()
+	assert.Zero(t, n)
+	assert.EqualValues(t, 2*4096, m.Stats().Used)
+
+	// The reservation is gone: a second commit is refused.
+	err = m.CommitReserved("c1", r.ID, "k2", 4096, ReplicaConfig{})
+	assert.ErrorIs(t, err, store.ErrObjectNotFound)
+
+	// The object removes like any other and its space comes back.
+	require.NoError(t, m.Remove("k", true))
+	assert.Zero(t, m.Stats().Used)
+}
+
+func TestCommitReservedRefusals(t *testing.T) {
+	m, _ := newTestMaster(t, nil)
+	mustMount(t, m, "node", testSeg("a", 1<<20))
+	r, err := m.Reserve("c1", 1000, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+
+	assert.ErrorIs(t, m.CommitReserved("c2", r.ID, "k", 1000, ReplicaConfig{}), store.ErrIllegalClient)
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "k", 999, ReplicaConfig{}), store.ErrInvalidParams)
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "", 1000, ReplicaConfig{}), store.ErrInvalidParams)
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID+100, "k", 1000, ReplicaConfig{}), store.ErrObjectNotFound)
+
+	// An existing key: refused, and the reservation stays for the next value.
+	mustPut(t, m, "c2", "taken", 10, 1)
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "taken", 1000, ReplicaConfig{}), store.ErrObjectAlreadyExists)
+	info, err := m.Stat("taken")
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, info.Size, "the old value stays")
+	require.NoError(t, m.CommitReserved("c1", r.ID, "k", 1000, ReplicaConfig{}))
+
+	assert.ErrorIs(t, m.ReleaseReserved("c1", r.ID), store.ErrObjectNotFound)
+	_, err = m.Reserve("c1", 0, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrInvalidParams)
+	_, err = m.Reserve("", 10, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrInvalidParams)
+	_, err = m.Reserve("c1", 2<<20, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
+}
+
+func TestReservationLimitAndRelease(t *testing.T) {
+	m, _ := newTestMaster(t, nil)
+	mustMount(t, m, "node", testSeg("a", 1<<30))
+	var ids []uint64
+	for range MaxReservationsPerClient {
+		r, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+	}
+	_, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrInvalidParams)
+	_, err = m.Reserve("c2", 4096, ReplicaConfig{ReplicaNum: 1})
+	assert.NoError(t, err, "the limit is per client")
+
+	assert.ErrorIs(t, m.ReleaseReserved("c2", ids[0]), store.ErrIllegalClient)
+	for _, id := range ids {
+		require.NoError(t, m.ReleaseReserved("c1", id))
+	}
+	n, b := m.Reservations()
+	assert.Equal(t, 1, n)
+	assert.EqualValues(t, 4096, b)
+	assert.EqualValues(t, 4096, m.Stats().Used)
+}
+
+func TestReservationExpiresIntoDiscards(t *testing.T) {
+	m, clk := newTestMaster(t, func(c *Config) { c.ReservationTTL = 5 * time.Second })
+	mustMount(t, m, "node", testSeg("a", 1<<20))
+	r, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	m.Ping("c1")
+
+	clk.Advance(4 * time.Second)
+	m.Ping("c1")
+	m.Tick()
+	n, _ := m.Reservations()
+	assert.Equal(t, 1, n, "younger than the TTL")
+
+	clk.Advance(2 * time.Second)
+	m.Ping("c1")
+	m.Tick()
+	n, _ = m.Reservations()
+	assert.Zero(t, n)
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}), store.ErrObjectNotFound)
+	// Its writer may still write there: the space is held as a discard.
+	st := m.Stats()
+	assert.EqualValues(t, 4096, st.Used)
+	assert.EqualValues(t, 4096, st.DiscardedBytes)
+	clk.Advance(m.Config().PutStartReleaseTimeout)
+	m.Ping("c1")
+	m.Tick()
+	assert.Zero(t, m.Stats().Used)
+}
+
+func TestReservationDroppedWithItsSegment(t *testing.T) {
+	m, _ := newTestMaster(t, nil)
+	mustMount(t, m, "node", testSeg("a", 1<<20), testSeg("b", 1<<20))
+	r, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 2})
+	require.NoError(t, err)
+	require.NoError(t, m.UnmountSegment("a", "node"))
+	n, _ := m.Reservations()
+	assert.Zero(t, n)
+	assert.Zero(t, m.Stats().Used, "the other replica's space is freed too")
+	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}), store.ErrObjectNotFound)
+	// The space is allocatable again.
+	mustPut(t, m, "c1", "k", 1<<20, 1)
+}
