@@ -391,3 +391,15 @@ func (c *Client) releaseReservations() {
 	defer cancel()
 	_, _ = c.batchPutCommit(ctx, &pb.PutCommitRequest{ClientId: c.id, Release: ids})
 }
+
+// Reservations is how many reservations the client holds (space at the
+// master for its next puts, see PutReservations), over all value sizes.
+func (c *Client) Reservations() int {
+	c.resv.mu.Lock()
+	defer c.resv.mu.Unlock()
+	n := 0
+	for _, hs := range c.resv.free {
+		n += len(hs)
+	}
+	return n
+}

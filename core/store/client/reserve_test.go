@@ -1,0 +1,139 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mooncake-go/mooncake/core/memory"
+	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/store/localcluster"
+	"github.com/mooncake-go/mooncake/core/store/master"
+)
+
+// reserveFixture is a pool of one node and a client with a registered
+// buffer of two 64 KiB halves (src, dst).
+type reserveFixture struct {
+	lc       *localcluster.Cluster
+	c        *client.Client
+	src, dst []byte
+}
+
+func newReserveFixture(t *testing.T, ctx context.Context, mcfg master.Config, ccfg client.Config) *reserveFixture {
+	t.Helper()
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 1, SegmentSize: 8 << 20, Master: mcfg})
+	require.NoError(t, err)
+	t.Cleanup(lc.Close)
+	ccfg.LocalHostname = "reserve-client"
+	c, err := lc.NewClient(ctx, ccfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	buf, err := memory.Map(128 << 10)
+	require.NoError(t, err)
+	t.Cleanup(func() { buf.Close() })
+	require.NoError(t, c.RegisterBuffer(ctx, buf.Bytes()))
+	return &reserveFixture{lc: lc, c: c, src: buf.Bytes()[:64<<10], dst: buf.Bytes()[64<<10:]}
+}
+
+// waitReservations polls until the client holds at least n reservations.
+func (f *reserveFixture) waitReservations(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return f.c.Reservations() >= n }, 30*time.Second, time.Millisecond, "client reservations")
+}
+
+// put stores key with src filled by fill and returns the put's stages.
+func (f *reserveFixture) put(t *testing.T, ctx context.Context, key string, fill byte) client.Stages {
+	t.Helper()
+	for i := range f.src {
+		f.src[i] = fill + byte(i)
+	}
+	var sg client.Stages
+	require.NoError(t, f.c.PutFrom(client.WithStages(ctx, &sg), key, f.src, nil))
+	return sg
+}
+
+func (f *reserveFixture) check(t *testing.T, ctx context.Context, key string, fill byte) {
+	t.Helper()
+	n, err := f.c.GetInto(ctx, key, f.dst)
+	require.NoError(t, err, key)
+	require.Equal(t, len(f.dst), n)
+	want := make([]byte, len(f.dst))
+	for i := range want {
+		want[i] = fill + byte(i)
+	}
+	assert.True(t, bytes.Equal(want, f.dst), "%s: bytes differ", key)
+}
+
+// TestReservedPutIsOneMasterCall: after the first put of a size, puts of
+// that size skip PutStart (one master call: the commit) and store the
+// right bytes; a put of an existing key keeps the old value.
+func TestReservedPutIsOneMasterCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{}, client.Config{})
+
+	sg := f.put(t, ctx, "r/0", 0)
+	assert.NotZero(t, sg.D[client.StagePutStart], "the first put of a size takes PutStart")
+	f.waitReservations(t, 1)
+	for i := 1; i <= 5; i++ {
+		sg = f.put(t, ctx, fmt.Sprintf("r/%d", i), byte(i))
+		assert.Zero(t, sg.D[client.StagePutStart], "put %d: no PutStart", i)
+		assert.NotZero(t, sg.D[client.StagePutEnd], "put %d: the commit", i)
+	}
+	for i := 0; i <= 5; i++ {
+		f.check(t, ctx, fmt.Sprintf("r/%d", i), byte(i))
+	}
+	f.waitReservations(t, 1)
+	f.put(t, ctx, "r/3", 99) // exists: a no-op success
+	f.check(t, ctx, "r/3", 3)
+
+	var n int
+	var used uint64
+	f.lc.Master.Server.Do(func(m *master.Master) { n, _ = m.Reservations(); used = m.Stats().Used })
+	assert.Positive(t, n, "the master holds the client's reservations")
+	assert.EqualValues(t, 6*(64<<10)+uint64(n)*(64<<10), used, "objects and reservations")
+
+	// Close gives the reservations back.
+	require.NoError(t, f.c.Close())
+	f.lc.Master.Server.Do(func(m *master.Master) { n, _ = m.Reservations() })
+	assert.Zero(t, n, "reservations after Close")
+}
+
+// TestReservedPutSurvivesALostReservation: a reservation the master no
+// longer has (expired) fails the commit, and the value is put again the
+// two-call way: stored, right bytes.
+func TestReservedPutSurvivesALostReservation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{ReservationTTL: time.Millisecond}, client.Config{})
+	f.put(t, ctx, "lost/0", 7)
+	f.waitReservations(t, 1)
+	require.Eventually(t, func() bool {
+		n := -1
+		f.lc.Master.Server.Do(func(m *master.Master) { m.Tick(); n, _ = m.Reservations() })
+		return n == 0
+	}, 30*time.Second, time.Millisecond, "master reservations expired")
+	sg := f.put(t, ctx, "lost/1", 8)
+	assert.NotZero(t, sg.D[client.StagePutStart], "the failed commit is followed by PutStart")
+	f.check(t, ctx, "lost/0", 7)
+	f.check(t, ctx, "lost/1", 8)
+}
+
+// TestReservedPutsOff: PutReservations < 0 keeps every put on PutStart +
+// PutEnd and holds none.
+func TestReservedPutsOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{}, client.Config{PutReservations: -1})
+	for i := range 3 {
+		sg := f.put(t, ctx, fmt.Sprintf("off/%d", i), byte(i))
+		assert.NotZero(t, sg.D[client.StagePutStart])
+	}
+	assert.Zero(t, f.c.Reservations())
+	f.check(t, ctx, "off/2", 2)
+}
