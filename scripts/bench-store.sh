@@ -5,7 +5,10 @@
 # the same value sizes with the same concurrency, with the transport the
 # engine picks by default on one host (shm) and tcp only, and the raw
 # transfer engine over tcp (mooncake bench transfer: one request of the
-# value size per op, the same number of threads), and prints our figures
+# value size per op, the same number of threads; once to the same target
+# offsets every op as upstream's bench does, once with --target_span of
+# the pool's size, each op to the next offsets, as the pool's values
+# spread over its memory), and prints our figures
 # as ratios of redis's and of the raw engine's. GB/s = ops/s x value size /
 # 1e9. They alternate for ROUNDS rounds and the medians are compared, so
 # that load from other processes hits all alike; the load average is
@@ -77,10 +80,18 @@ round() {
       python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
 for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"])' "$size" "$proto" >>"$rows"
   done
+  # The raw engine twice: upstream's way (every op to the same target
+  # offsets, which stay in the CPU cache) and over a target span the size
+  # of our pool (each op to the next offsets, as the pool's puts and gets
+  # spread over its segments).
   for op in write read; do
-    "$BIN" bench transfer --protocol tcp --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
-      python3 -c 'import json,sys; d=json.load(sys.stdin); s,op=sys.argv[1],sys.argv[2]
-print(s, "raw", op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" >>"$rows"
+    for who in raw rawspan; do
+      span=()
+      [ "$who" = rawspan ] && span=(--target_span "$POOL")
+      "$BIN" bench transfer --protocol tcp --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" "${span[@]}" --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); s,op,who=sys.argv[1],sys.argv[2],sys.argv[3]
+print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" "$who" >>"$rows"
+    done
   done
 }
 
@@ -88,7 +99,7 @@ for size in $SIZES; do
   b=$(bytes_of "$size")
   echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -r $(keys_of "$b") -t set,get -q --csv"
   echo "value $size: $BIN bench store --protocol shm|tcp --value-size $size --clients $CLIENTS --duration ${DUR}s"
-  echo "value $size: $BIN bench transfer --protocol tcp --operation write|read --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s"
+  echo "value $size: $BIN bench transfer --protocol tcp --operation write|read --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s [--target_span $POOL]"
   for r in $(seq "$ROUNDS"); do round "$size"; done
 done
 
@@ -118,6 +129,8 @@ for size in sizes:
         line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
     line("raw engine tcp write", (size, "raw", "write"))
     line("raw engine tcp read", (size, "raw", "read"))
+    line("raw tcp write, 1 GiB span", (size, "rawspan", "write"))
+    line("raw tcp read, 1 GiB span", (size, "rawspan", "read"))
     g = lambda k: med([x[1] for x in data[k]])
     p99 = lambda k: med([x[3] for x in data[k]])
     # Ratios within each round (the two ran a few seconds apart), then
@@ -130,6 +143,8 @@ for size in sizes:
     print(f"    tcp put / raw write {per_round((size, 'tcp', 'put'), (size, 'raw', 'write'))}, "
           f"tcp get / raw read {per_round((size, 'tcp', 'get'), (size, 'raw', 'read'))}, "
           f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
+    print(f"    tcp put / raw write over the pool's span {per_round((size, 'tcp', 'put'), (size, 'rawspan', 'write'))}, "
+          f"tcp get / raw read over the span {per_round((size, 'tcp', 'get'), (size, 'rawspan', 'read'))}")
     print(size, g((size, "shm", "put")), g((size, "shm", "get")), g((size, "tcp", "put")), g((size, "tcp", "get")), file=ours)
 PY
 

@@ -40,7 +40,7 @@ func newTransport(protocol, bind string) (transfer.Transport, error) {
 }
 
 func benchTransferCmd() *cobra.Command {
-	var mode, protocol, op, blockSize, metaURL, name, segment, bind string
+	var mode, protocol, op, blockSize, metaURL, name, segment, bind, span string
 	var batch, threads int
 	var duration time.Duration
 	var jsonOut bool
@@ -66,8 +66,16 @@ func benchTransferCmd() *cobra.Command {
 			if batch <= 0 || threads <= 0 || duration <= 0 {
 				return usageOf("bench transfer", "--batch_size, --threads and --duration must be > 0")
 			}
+			if span != "" {
+				sp, err := geometry.ParseSize(span)
+				if err != nil || sp < 0 {
+					return usageOf("bench transfer", "--target_span %q: want a size such as 1GiB", span)
+				}
+				cfg.TargetSpan = int(sp)
+			}
 			size := transferbench.BufferSize(cfg)
-			if avail := availableMemory(); avail > 0 && int64(size) > avail/4 {
+			targetSize := max(size, cfg.TargetSpan)
+			if avail := availableMemory(); avail > 0 && int64(targetSize) > avail/4 {
 				return usageOf("bench transfer", "block_size x batch_size x threads = %s per engine exceeds a quarter of the available memory (%s)", geometry.FormatSize(int64(size)), geometry.FormatSize(avail))
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -93,7 +101,11 @@ func benchTransferCmd() *cobra.Command {
 				if err != nil {
 					return nil, nil, err
 				}
-				r, err := memory.MapShared(size, name)
+				n := size
+				if name == "bench-target" || mode == "target" {
+					n = targetSize
+				}
+				r, err := memory.MapShared(n, name)
 				if err != nil {
 					e.Close()
 					return nil, nil, err
@@ -142,8 +154,8 @@ func benchTransferCmd() *cobra.Command {
 			if err != nil {
 				return fail(err)
 			}
-			if len(desc.Buffers) == 0 || desc.Buffers[0].Length < uint64(size) {
-				return fail(fmt.Errorf("segment %q has no registered buffer of %d bytes", segment, size))
+			if len(desc.Buffers) == 0 || desc.Buffers[0].Length < uint64(targetSize) {
+				return fail(fmt.Errorf("segment %q has no registered buffer of %d bytes", segment, targetSize))
 			}
 			id, err := e.OpenSegment(ctx, segment)
 			if err != nil {
@@ -175,6 +187,7 @@ func benchTransferCmd() *cobra.Command {
 	f.StringVar(&segment, "segment_id", "", "target segment name (initiator mode)")
 	f.StringVar(&bind, "bind", "127.0.0.1:0", "data-plane listen address")
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
+	f.StringVar(&span, "target_span", "", "bytes of the target buffer the requests move over: each batch goes to the next offsets, wrapping (default: the same offsets every batch, as upstream; give a pool's size to measure targets that are not in the CPU cache, as a store's puts are)")
 	return c
 }
 

@@ -27,6 +27,12 @@ type Config struct {
 	Threads   int           // concurrent submitters (--threads)
 	Duration  time.Duration // measured time (--duration)
 	Warmup    time.Duration // unmeasured time before; default 500 ms
+	// TargetSpan, when larger than BufferSize, is the bytes of the target
+	// buffer the batches move over: each batch of a thread targets the
+	// next BufferSize bytes, wrapping at TargetSpan, so the target is not
+	// the same few cache-hot blocks every time (a store's puts spread over
+	// its pool). 0 = the same offsets every batch, as upstream. Ours.
+	TargetSpan int
 }
 
 // Result is a run's outcome. GBps uses 1e9 bytes.
@@ -85,6 +91,16 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 				t0 := time.Now()
 				if t0.After(end) {
 					return
+				}
+				if step := uint64(BufferSize(cfg)); cfg.TargetSpan > int(step) {
+					// The next window of the span, wrapping where a whole
+					// window no longer fits.
+					for i := range reqs {
+						reqs[i].TargetOffset += step
+						if reqs[i].TargetOffset-remoteBase+reqs[i].Length > uint64(cfg.TargetSpan)/step*step {
+							reqs[i].TargetOffset = remoteBase + uint64(cfg.BlockSize)*uint64(i*cfg.Threads+t)
+						}
+					}
 				}
 				if err := e.TransferSync(ctx, reqs); err != nil {
 					st.err = err
