@@ -40,6 +40,10 @@ const (
 	reserveMaxBytes = 64 << 20        // the master's limit (server.MaxReserveBytes)
 	reserveMaxSizes = 4               // value sizes held at once; the least recently put size goes first
 	reservePerSize  = 16              // most reservations held of one size
+	// reserveBackoff is how long the client asks for no reservation of a
+	// size after the master refused one (a pool without free space:
+	// reservations never evict), so a full pool costs no extra call per put.
+	reserveBackoff = 250 * time.Millisecond
 )
 
 // held is one reservation the client holds.
@@ -57,12 +61,29 @@ type resvPool struct {
 	free    map[uint64][]held    // by size, oldest first
 	last    map[uint64]time.Time // last put of each size held
 	asking  map[uint64]bool      // a background request for the size runs
+	denied  map[uint64]time.Time // no request for the size before then (reserveBackoff)
 	release []uint64             // to give back with the next request
 }
 
 func (p *resvPool) init() {
 	if p.free == nil {
 		p.free, p.last, p.asking = map[uint64][]held{}, map[uint64]time.Time{}, map[uint64]bool{}
+		p.denied = map[uint64]time.Time{}
+	}
+}
+
+// granted keeps the reservations of resp (answering a request for sizes,
+// sent at sent on stream gen) and backs off the sizes refused. Caller
+// holds p.mu.
+func (p *resvPool) granted(sizes []uint64, resp *pb.PutCommitResponse, sent time.Time, gen uint64) {
+	p.init()
+	for i, r := range resp.Reserved {
+		switch {
+		case statusErr(r.Status) == nil && r.Id != 0:
+			p.add(held{id: r.Id, size: r.Size, reps: r.Replicas, at: sent, gen: gen})
+		case i < len(sizes):
+			p.denied[sizes[i]] = time.Now().Add(reserveBackoff)
+		}
 	}
 }
 
@@ -157,10 +178,12 @@ func (c *Client) putReserved(ctx context.Context, keys []string, parts [][][]byt
 		missing[sz]++
 	}
 	c.resv.mu.Unlock()
+	c.putSubset(ctx, keys, parts, sizes, opts, slow, errs)
 	if len(missing) > 0 {
+		// After the puts took their space, so that reservations take
+		// what is left, never what a put of now needs.
 		c.refill(missing)
 	}
-	c.putSubset(ctx, keys, parts, sizes, opts, slow, errs)
 	if len(fast) > 0 {
 		redo := c.commitReserved(ctx, keys, parts, sizes, opts, fast, res, errs)
 		c.putSubset(ctx, keys, parts, sizes, opts, redo, errs)
@@ -295,11 +318,7 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 			redo = append(redo, i)
 		}
 	}
-	for _, r := range resp.Reserved {
-		if statusErr(r.Status) == nil && r.Id != 0 {
-			c.resv.add(held{id: r.Id, size: r.Size, reps: r.Replicas, at: sent, gen: gen})
-		}
-	}
+	c.resv.granted(in.ReserveSizes, resp, sent, gen)
 	c.resv.mu.Unlock()
 	if opts != nil && opts.OnPartial != nil {
 		for _, i := range partial {
@@ -318,8 +337,9 @@ func (c *Client) refill(missing map[uint64]int) {
 	var sizes []uint64
 	c.resv.mu.Lock()
 	c.resv.init()
+	now := time.Now()
 	for sz, n := range missing {
-		if c.resv.asking[sz] {
+		if c.resv.asking[sz] || now.Before(c.resv.denied[sz]) {
 			continue
 		}
 		want := min(max(n, c.cfg.PutReservations), reservePerSize) - len(c.resv.free[sz])
@@ -363,11 +383,7 @@ func (c *Client) refill(missing map[uint64]int) {
 		gen := c.sess.generation()
 		c.resv.mu.Lock()
 		defer c.resv.mu.Unlock()
-		for _, r := range resp.Reserved {
-			if statusErr(r.Status) == nil && r.Id != 0 {
-				c.resv.add(held{id: r.Id, size: r.Size, reps: r.Replicas, at: sent, gen: gen})
-			}
-		}
+		c.resv.granted(sizes, resp, sent, gen)
 	}()
 }
 
@@ -382,7 +398,7 @@ func (c *Client) releaseReservations() {
 		}
 	}
 	c.resv.free = nil
-	c.resv.last, c.resv.asking = nil, nil
+	c.resv.last, c.resv.asking, c.resv.denied = nil, nil, nil
 	c.resv.mu.Unlock()
 	if len(ids) == 0 || c.sess == nil {
 		return

@@ -34,7 +34,8 @@ type ObjectInfo struct {
 type SegmentInfo struct {
 	Segment
 	Client      string // owner
-	Used        uint64 // bytes allocated (replicas and discarded writes)
+	Used        uint64 // bytes allocated (replicas and discarded writes), not counting Reserved
+	Reserved    uint64 // bytes held by uncommitted reservations (Reserve)
 	LargestFree uint64 // largest contiguous free range, bytes
 	Objects     int    // objects with a replica (or piece) here
 }
@@ -252,16 +253,17 @@ func (m *Master) ReMountSegment(segs []Segment, client string) error {
 	return nil
 }
 
-func segInfo(s *segment) SegmentInfo {
+func (m *Master) segInfo(s *segment) SegmentInfo {
 	st := s.alloc.Stats()
-	return SegmentInfo{Segment: s.Segment, Client: s.client, Used: st.Used, LargestFree: st.LargestFree, Objects: s.nobj}
+	rb, rn := m.reservedOn(s)
+	return SegmentInfo{Segment: s.Segment, Client: s.client, Used: st.Used - rb, Reserved: rb, LargestFree: st.LargestFree, Objects: s.nobj - rn}
 }
 
 // ListSegments describes every mounted segment, in ID order.
 func (m *Master) ListSegments() []SegmentInfo {
 	out := make([]SegmentInfo, len(m.order))
 	for i, s := range m.order {
-		out[i] = segInfo(s)
+		out[i] = m.segInfo(s)
 	}
 	return out
 }
@@ -276,7 +278,7 @@ func (m *Master) QuerySegment(id string) (SegmentInfo, error) {
 	if !ok {
 		return SegmentInfo{}, store.Errorf(store.SegmentNotFound, "segment %q", id)
 	}
-	return segInfo(s), nil
+	return m.segInfo(s), nil
 }
 
 // ListKeys describes the objects whose key starts with prefix, in key

@@ -254,8 +254,15 @@ type discarded struct {
 
 // Stats is a snapshot of the pool's usage.
 type Stats struct {
-	Capacity, Used uint64 // bytes over all mounted segments
-	Objects        int    // keys in the table (complete or being written)
+	Capacity uint64 // bytes over all mounted segments
+	// Used is the bytes allocated to objects (replicas and discarded
+	// writes), not counting Reserved.
+	Used    uint64
+	Objects int // keys in the table (complete or being written)
+	// Reserved is the bytes held by Reservations reservations (Reserve)
+	// not committed yet: allocated, so not free, but no object's.
+	Reserved       uint64
+	Reservations   int
 	Segments       int
 	Clients        int
 	EvictedObjects uint64 // total evicted since start
@@ -286,8 +293,12 @@ type Stats struct {
 // SegmentStats is one segment's usage.
 type SegmentStats struct {
 	ID, Name       string
-	Capacity, Used uint64
-	Objects        int
+	Capacity, Used uint64 // Used: objects' bytes here, not counting Reserved
+	Objects        int    // objects with a replica (or piece) here
+	// Reserved is the bytes of Reservations reservations with a range
+	// here (see Stats.Reserved).
+	Reserved     uint64
+	Reservations int
 	// DiskCapacity and DiskUsed (bytes) and DiskObjects describe the
 	// segment's disk tier; zero without one.
 	DiskCapacity, DiskUsed uint64
@@ -840,13 +851,15 @@ func (m *Master) releaseDiscards(now time.Time) {
 // Stats returns a usage snapshot.
 func (m *Master) Stats() Stats {
 	s := m.stats
-	s.Capacity, s.Used = m.capacity, m.used
+	s.Reserved, s.Reservations = m.reservedOn(nil)
+	s.Capacity, s.Used = m.capacity, m.used-s.Reserved
 	s.Objects, s.Segments, s.Clients = m.objects.len(), len(m.order), len(m.clients)
 	s.SoftPinned, s.HardPinned = m.pinned.soft, m.pinned.hard
 	s.DiskCapacity, s.PendingOffloadBytes = m.diskCapacity, m.pendingFree
 	for _, seg := range m.order {
 		st := seg.alloc.Stats()
-		d := SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used, Objects: seg.nobj}
+		rb, rn := m.reservedOn(seg)
+		d := SegmentStats{ID: seg.ID, Name: seg.Name, Capacity: seg.Size, Used: st.Used - rb, Objects: seg.nobj - rn, Reserved: rb, Reservations: rn}
 		if t := seg.disk; t != nil {
 			d.DiskCapacity, d.DiskUsed, d.DiskObjects = t.capacity, t.used, t.objects.len()
 			s.DiskUsed += t.used

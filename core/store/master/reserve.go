@@ -39,11 +39,17 @@ type reservation struct {
 }
 
 // Reserve reserves space for a value of size bytes placed as PutStart of
-// cfg would place it (evicting as PutStart does), for client to write
-// and then commit under a key with CommitReserved. cfg's pins are not
-// used here (CommitReserved applies them). Errors: INVALID_PARAMS (size
-// 0, ReplicaNum <= 0, empty client, or client holds
-// MaxReservationsPerClient already); NO_AVAILABLE_HANDLE as PutStart's.
+// cfg would place it, but only in free space: it never evicts (a
+// reservation taken ahead of a put must not cost a stored value; the
+// put that finds none evicts, as PutStart, and what its eviction frees
+// beyond its need, EvictionRatio of the pool, serves the reservations)
+// and never stripes, and it takes all of cfg.ReplicaNum replicas (at most one
+// per segment) or none. client writes into it and then commits it under a
+// key with CommitReserved. cfg's pins are not used here (CommitReserved
+// applies them). Errors: INVALID_PARAMS (size 0, ReplicaNum <= 0, empty
+// client, or client holds MaxReservationsPerClient already);
+// NO_AVAILABLE_HANDLE when the free space has no room for every replica
+// (the client then puts with PutStart, which evicts).
 func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reservation, error) {
 	switch {
 	case client == "":
@@ -61,13 +67,18 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 	if size > m.capacity {
 		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d bytes exceed pool capacity %d", size, m.capacity)
 	}
+	want := min(cfg.ReplicaNum, len(m.order))
 	o := &object{size: size, when: m.stamp(now), leaseUntil: noStamp, id: m.nextID}
 	m.nextID++
 	cfg.WithSoftPin, cfg.WithHardPin = false, false
-	m.allocate(o, cfg, now)
-	if o.nreps() == 0 {
-		m.stats.AllocFailures++
-		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: no segment has %d free bytes", size)
+	m.place(o, want, cfg)
+	if n := o.nreps(); n < want || n == 0 {
+		var one [1]replica
+		for _, rep := range o.replicas(&one) {
+			m.freeReplica(o, rep, nil)
+		}
+		o.dropReplicas()
+		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: free space has room for %d of %d replicas of %d bytes (reservations do not evict)", n, want, size)
 	}
 	o.owner = m.owners.intern(client)
 	if m.resv == nil {
@@ -140,7 +151,7 @@ func (m *Master) ReleaseReserved(client string, id uint64) error {
 }
 
 // Reservations is how many reservations the master holds, and their
-// bytes (counted in Stats.Used).
+// bytes over all replicas (Stats.Reserved; not in Stats.Used).
 func (m *Master) Reservations() (n int, bytes uint64) {
 	for _, r := range m.resv {
 		n++
@@ -192,4 +203,25 @@ func (m *Master) dropReservationsOn(s *segment) {
 			m.dropReservation(id, true, s)
 		}
 	}
+}
+
+// reservedOn is the space (bytes) and number of reservations with a range
+// on s, or on every segment with s nil.
+func (m *Master) reservedOn(s *segment) (bytes uint64, n int) {
+	var one [1]replica
+	for _, r := range m.resv {
+		on := false
+		for _, rep := range r.o.replicas(&one) {
+			for _, p := range rep.parts(r.o.size) {
+				if s == nil || p.seg == s {
+					bytes += p.size
+					on = true
+				}
+			}
+		}
+		if on {
+			n++
+		}
+	}
+	return bytes, n
 }

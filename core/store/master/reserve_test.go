@@ -22,7 +22,8 @@ func TestReserveCommitMakesACompleteObject(t *testing.T) {
 	n, b := m.Reservations()
 	assert.Equal(t, 1, n)
 	assert.EqualValues(t, 2*4096, b)
-	assert.EqualValues(t, 2*4096, m.Stats().Used, "reserved space is used")
+	assert.Zero(t, m.Stats().Used, "reserved space is not objects' space")
+	assert.EqualValues(t, 2*4096, m.Stats().Reserved)
 	assert.Equal(t, 0, m.Stats().Objects, "a reservation is not an object")
 	keys, total, err := m.ListKeys("", 0)
 	require.NoError(t, err)
@@ -105,7 +106,13 @@ func TestReservationLimitAndRelease(t *testing.T) {
 	n, b := m.Reservations()
 	assert.Equal(t, 1, n)
 	assert.EqualValues(t, 4096, b)
-	assert.EqualValues(t, 4096, m.Stats().Used)
+	st := m.Stats()
+	assert.Zero(t, st.Used, "reservations are not objects' bytes")
+	assert.EqualValues(t, 4096, st.Reserved)
+	assert.Equal(t, 1, st.Reservations)
+	require.Len(t, st.SegmentsDetail, 1)
+	assert.EqualValues(t, 4096, st.SegmentsDetail[0].Reserved)
+	assert.Zero(t, st.SegmentsDetail[0].Objects)
 }
 
 func TestReservationExpiresIntoDiscards(t *testing.T) {
@@ -149,4 +156,46 @@ func TestReservationDroppedWithItsSegment(t *testing.T) {
 	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}), store.ErrObjectNotFound)
 	// The space is allocatable again.
 	mustPut(t, m, "c1", "k", 1<<20, 1)
+}
+
+// TestReserveNeverEvicts: a reservation takes free space only, all its
+// replicas or none; a full pool refuses it and keeps every stored value,
+// where a PutStart of the same size evicts.
+func TestReserveNeverEvicts(t *testing.T) {
+	m, _ := newTestMaster(t, func(c *Config) { c.EvictionHighWatermark = 1.0 })
+	mustMount(t, m, "node", testSeg("a", 64<<10), testSeg("b", 64<<10))
+	for i := range 4 {
+		k := string(rune('a'+i)) + "-full"
+		_, err := m.PutStart("c1", k, 32<<10, ReplicaConfig{ReplicaNum: 1})
+		require.NoError(t, err, k)
+		require.NoError(t, m.PutEnd("c1", k))
+	}
+	require.EqualValues(t, 128<<10, m.Stats().Used)
+
+	_, err := m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
+	assert.Contains(t, err.Error(), "do not evict")
+	st := m.Stats()
+	assert.Equal(t, 4, st.Objects, "nothing evicted for a reservation")
+	assert.Zero(t, st.EvictedObjects)
+	assert.Zero(t, st.Reserved)
+	n, _ := m.Reservations()
+	assert.Zero(t, n)
+
+	// Room for one replica of two: refused whole, the space given back.
+	require.NoError(t, m.Remove("a-full", true))
+	_, err = m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 2})
+	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
+	assert.EqualValues(t, 96<<10, m.Stats().Used)
+	assert.Zero(t, m.Stats().Reserved)
+
+	r, err := m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	require.Len(t, r.Replicas, 1)
+	assert.EqualValues(t, 32<<10, m.Stats().Reserved)
+
+	// PutStart, unlike Reserve, evicts the least recently used value.
+	_, err = m.PutStart("c1", "e-evicts", 32<<10, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, m.Stats().EvictedObjects)
 }

@@ -60,6 +60,7 @@ func moreStats(out *pb.StatsResponse, st master.Stats) {
 	out.DiskCapacity, out.DiskUsed, out.DiskObjects = st.DiskCapacity, st.DiskUsed, int64(st.DiskObjects)
 	out.Offloads, out.OffloadFailures, out.DiskHits, out.DiskMisses = st.Offloads, st.OffloadFailures, st.DiskHits, st.DiskMisses
 	out.DiskEvictions, out.TierTaskTimeouts, out.PendingOffloadBytes = st.DiskEvictions, st.TierTaskTimeouts, st.PendingOffloadBytes
+	out.Reserved, out.Reservations = st.Reserved, int64(st.Reservations)
 }
 
 func keyInfoPB(in master.ObjectInfo) *pb.KeyInfo {

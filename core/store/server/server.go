@@ -520,7 +520,8 @@ func (s *Server) GetStats(ctx context.Context, req *pb.StatsRequest) (*pb.StatsR
 	moreStats(out, st)
 	for _, g := range st.SegmentsDetail {
 		out.SegmentStats = append(out.SegmentStats, &pb.SegmentStats{Id: g.ID, Name: g.Name, Capacity: g.Capacity, Used: g.Used, Objects: int64(g.Objects),
-			DiskCapacity: g.DiskCapacity, DiskUsed: g.DiskUsed, DiskObjects: int64(g.DiskObjects)})
+			DiskCapacity: g.DiskCapacity, DiskUsed: g.DiskUsed, DiskObjects: int64(g.DiskObjects),
+			Reserved: g.Reserved, Reservations: int64(g.Reservations)})
 	}
 	return out, nil
 }

@@ -1260,6 +1260,8 @@ type SegmentStats struct {
 	DiskCapacity  uint64                 `protobuf:"varint,6,opt,name=disk_capacity,json=diskCapacity,proto3" json:"disk_capacity,omitempty"` // bytes of the segment's disk tier; 0 = none
 	DiskUsed      uint64                 `protobuf:"varint,7,opt,name=disk_used,json=diskUsed,proto3" json:"disk_used,omitempty"`             // value bytes of LOCAL_DISK replicas there
 	DiskObjects   int64                  `protobuf:"varint,8,opt,name=disk_objects,json=diskObjects,proto3" json:"disk_objects,omitempty"`
+	Reserved      uint64                 `protobuf:"varint,9,opt,name=reserved,proto3" json:"reserved,omitempty"`          // bytes of uncommitted reservations (not in used)
+	Reservations  int64                  `protobuf:"varint,10,opt,name=reservations,proto3" json:"reservations,omitempty"` // how many have a range here (not in objects)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1350,6 +1352,20 @@ func (x *SegmentStats) GetDiskObjects() int64 {
 	return 0
 }
 
+func (x *SegmentStats) GetReserved() uint64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *SegmentStats) GetReservations() int64 {
+	if x != nil {
+		return x.Reservations
+	}
+	return 0
+}
+
 type StatsResponse struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Capacity       uint64                 `protobuf:"varint,1,opt,name=capacity,proto3" json:"capacity,omitempty"`
@@ -1376,8 +1392,11 @@ type StatsResponse struct {
 	DiskEvictions       uint64 `protobuf:"varint,21,opt,name=disk_evictions,json=diskEvictions,proto3" json:"disk_evictions,omitempty"`
 	TierTaskTimeouts    uint64 `protobuf:"varint,22,opt,name=tier_task_timeouts,json=tierTaskTimeouts,proto3" json:"tier_task_timeouts,omitempty"`
 	PendingOffloadBytes uint64 `protobuf:"varint,23,opt,name=pending_offload_bytes,json=pendingOffloadBytes,proto3" json:"pending_offload_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Space reservations for one-round-trip puts (ours; master.Stats).
+	Reserved      uint64 `protobuf:"varint,24,opt,name=reserved,proto3" json:"reserved,omitempty"`         // bytes, not in used
+	Reservations  int64  `protobuf:"varint,25,opt,name=reservations,proto3" json:"reservations,omitempty"` // not in objects
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatsResponse) Reset() {
@@ -1567,6 +1586,20 @@ func (x *StatsResponse) GetTierTaskTimeouts() uint64 {
 func (x *StatsResponse) GetPendingOffloadBytes() uint64 {
 	if x != nil {
 		return x.PendingOffloadBytes
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetReserved() uint64 {
+	if x != nil {
+		return x.Reserved
+	}
+	return 0
+}
+
+func (x *StatsResponse) GetReservations() int64 {
+	if x != nil {
+		return x.Reservations
 	}
 	return 0
 }
@@ -3485,7 +3518,7 @@ const file_master_proto_rawDesc = "" +
 	"\fPingResponse\x121\n" +
 	"\x06status\x18\x01 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12!\n" +
 	"\fneed_remount\x18\x02 \x01(\bR\vneedRemount\"\x0e\n" +
-	"\fStatsRequest\"\xe1\x01\n" +
+	"\fStatsRequest\"\xa1\x02\n" +
 	"\fSegmentStats\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -3494,7 +3527,10 @@ const file_master_proto_rawDesc = "" +
 	"\aobjects\x18\x05 \x01(\x03R\aobjects\x12#\n" +
 	"\rdisk_capacity\x18\x06 \x01(\x04R\fdiskCapacity\x12\x1b\n" +
 	"\tdisk_used\x18\a \x01(\x04R\bdiskUsed\x12!\n" +
-	"\fdisk_objects\x18\b \x01(\x03R\vdiskObjects\"\xc7\x06\n" +
+	"\fdisk_objects\x18\b \x01(\x03R\vdiskObjects\x12\x1a\n" +
+	"\breserved\x18\t \x01(\x04R\breserved\x12\"\n" +
+	"\freservations\x18\n" +
+	" \x01(\x03R\freservations\"\x87\a\n" +
 	"\rStatsResponse\x12\x1a\n" +
 	"\bcapacity\x18\x01 \x01(\x04R\bcapacity\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x04R\x04used\x12\x18\n" +
@@ -3522,7 +3558,9 @@ const file_master_proto_rawDesc = "" +
 	"diskMisses\x12%\n" +
 	"\x0edisk_evictions\x18\x15 \x01(\x04R\rdiskEvictions\x12,\n" +
 	"\x12tier_task_timeouts\x18\x16 \x01(\x04R\x10tierTaskTimeouts\x122\n" +
-	"\x15pending_offload_bytes\x18\x17 \x01(\x04R\x13pendingOffloadBytes\"Q\n" +
+	"\x15pending_offload_bytes\x18\x17 \x01(\x04R\x13pendingOffloadBytes\x12\x1a\n" +
+	"\breserved\x18\x18 \x01(\x04R\breserved\x12\"\n" +
+	"\freservations\x18\x19 \x01(\x03R\freservations\"Q\n" +
 	"\n" +
 	"KeyRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x10\n" +
