@@ -222,7 +222,7 @@ can be pasted as it is.`,
 
 	usage := &cobra.Command{
 		Use:   "usage",
-		Short: "Show pool totals: capacity, used, objects, segments, clients, pins, evictions",
+		Short: "Show pool totals: capacity, used, objects, segments, clients, pins, evictions, reservations",
 		Args:  noArgs,
 		RunE: run("usage", 0, func(ctx context.Context, a *client.Admin, out io.Writer, _ []string) error {
 			st, err := a.Stats(ctx)
@@ -244,6 +244,7 @@ can be pasted as it is.`,
 			fmt.Fprintf(tw, "evicted\t%d objects, %d bytes\n", st.EvictedObjects, st.EvictedBytes)
 			fmt.Fprintf(tw, "partial_puts\t%d\n", st.PartialPuts)
 			fmt.Fprintf(tw, "striped_puts\t%d\n", st.StripedPuts)
+			fmt.Fprintf(tw, "reserved\t%d bytes in %d reservations (space clients hold for their next puts, not in used)\n", st.Reserved, st.Reservations)
 			// The disk lines stay once a tier was used: its counters
 			// outlive it (a node that died, a tier unmounted).
 			if st.DiskCapacity > 0 || st.Offloads+st.OffloadFailures+st.DiskHits+st.DiskMisses+st.DiskEvictions > 0 {

@@ -149,6 +149,9 @@ func TestCtl(t *testing.T) {
 				t.Fatalf("%s row %v, want %s", k, r, want)
 			}
 		}
+		if r := row(t, lines, "reserved"); len(r) < 6 || r[2] != "bytes" || r[5] != "reservations" {
+			t.Fatalf("reserved row %v", r)
+		}
 	})
 	t.Run("remove", func(t *testing.T) {
 		// app/2 is leased, pinned hard-pinned: both need --force.
