@@ -30,7 +30,7 @@ func startTierPool(t *testing.T, onEvict bool) (*localcluster.Cluster, *client.C
 	cl, err := localcluster.Start(ctx, localcluster.Options{
 		Nodes: 1, SegmentSize: tierSegment, StorageRootDir: t.TempDir(), StorageQuota: 64 << 20,
 		Master: master.Config{EnableOffload: true, OffloadOnEvict: onEvict, EvictionHighWatermark: 0.5, EvictionRatio: 0.25,
-			DefaultLeaseTTL: 200 * time.Millisecond},
+			DefaultLeaseTTL: time.Second},
 	})
 	if err != nil {
 		t.Fatalf("start pool: %v", err)
