@@ -248,6 +248,18 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	in := &pb.PutCommitRequest{ClientId: c.id, Config: rc}
 	var committed []int
 	want := map[uint64]int{}
+	// New reservations are asked for only while the client is open, and
+	// the call counts in c.bg, so Close, which waits for c.bg before
+	// giving every reservation back, also gives back those it brings.
+	c.mu.Lock()
+	refill := !c.mu.closed
+	if refill {
+		c.bg.Add(1)
+	}
+	c.mu.Unlock()
+	if refill {
+		defer c.bg.Done()
+	}
 	c.resv.mu.Lock()
 	for _, w := range writes {
 		ok := terr == nil
@@ -267,7 +279,7 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		in.Reservations = append(in.Reservations, res[i].id)
 		in.Keys = append(in.Keys, []byte(keys[i]))
 		in.Sizes = append(in.Sizes, sizes[i])
-		if len(c.resv.free[sizes[i]])+want[sizes[i]] < max(c.cfg.PutReservations, 1) {
+		if refill && len(c.resv.free[sizes[i]])+want[sizes[i]] < max(c.cfg.PutReservations, 1) {
 			want[sizes[i]]++
 			in.ReserveSizes = append(in.ReserveSizes, sizes[i])
 		}

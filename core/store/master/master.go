@@ -332,8 +332,9 @@ type Master struct {
 	inflight     map[*tierTask]struct{} // taken tier tasks
 	diskCapacity uint64                 // bytes over all disk tiers
 
-	resv      map[uint64]reservation // by id (reserve.go)
+	resv      map[uint64]reservation // by object id (reserve.go)
 	resvCount map[string]int         // reservations per client
+	resvSalt  uint64                 // Reservation.ID = object id ^ resvSalt, random per master (reserve.go)
 }
 
 // New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
@@ -343,7 +344,7 @@ func New(cfg Config) (*Master, error) {
 	}
 	cfg.defaults()
 	m := &Master{cfg: cfg, segs: map[string]*segment{}, objects: newObjTable(), clients: map[string]clientState{},
-		nextID: 1, inflight: map[*tierTask]struct{}{}, epoch: cfg.Now()}
+		nextID: 1, inflight: map[*tierTask]struct{}{}, epoch: cfg.Now(), resvSalt: rand.Uint64()}
 	if cfg.EvictionPolicy == PolicyS3FIFO {
 		m.pol = newS3FIFO(m)
 	} else {
@@ -820,7 +821,10 @@ func (m *Master) Tick() (evicted int) {
 	if m.capacity == 0 {
 		return 0
 	}
-	usage := float64(m.used) / float64(m.capacity)
+	// Reservations are left out: space held for puts about to be made
+	// must not evict stored values (the put evicts if it has to).
+	reserved, _ := m.reservedOn(nil)
+	usage := float64(m.used-reserved) / float64(m.capacity)
 	if usage <= m.cfg.EvictionHighWatermark || m.cfg.EvictionHighWatermark >= 1 {
 		return 0
 	}

@@ -25,9 +25,18 @@ import (
 // MaxReservationsPerClient bounds the reservations one client holds.
 const MaxReservationsPerClient = 64
 
+// MaxReservedFraction bounds the space all reservations hold together, as
+// a fraction of the pool's capacity: a small pool gives out few or none,
+// so held space never crowds out the values it stores.
+const MaxReservedFraction = 1.0 / 8
+
 // Reservation is space reserved by Reserve.
 type Reservation struct {
-	ID       uint64    // names it in CommitReserved and ReleaseReserved
+	// ID names it in CommitReserved and ReleaseReserved: never 0, and
+	// salted per master, so an ID from a master that restarted or failed
+	// over is unknown (OBJECT_NOT_FOUND) to the next one instead of naming
+	// another reservation there.
+	ID       uint64
 	Size     uint64    // bytes
 	Replicas []Replica // where to write (PROCESSING)
 }
@@ -68,6 +77,12 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d bytes exceed pool capacity %d", size, m.capacity)
 	}
 	want := min(cfg.ReplicaNum, len(m.order))
+	if held, _ := m.reservedOn(nil); float64(held+size*uint64(want)) > MaxReservedFraction*float64(m.capacity) {
+		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d replicas of %d bytes would take reservations past %.3g of the pool's %d bytes (%d reserved)", want, size, MaxReservedFraction, m.capacity, held)
+	}
+	if m.nextID^m.resvSalt == 0 {
+		m.nextID++ // an ID of 0 means none
+	}
 	o := &object{size: size, when: m.stamp(now), leaseUntil: noStamp, id: m.nextID}
 	m.nextID++
 	cfg.WithSoftPin, cfg.WithHardPin = false, false
@@ -86,7 +101,7 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 	}
 	m.resv[o.id] = reservation{o: o, client: client}
 	m.resvCount[client]++
-	return Reservation{ID: o.id, Size: size, Replicas: m.descs(o)}, nil
+	return Reservation{ID: o.id ^ m.resvSalt, Size: size, Replicas: m.descs(o)}, nil
 }
 
 // CommitReserved stores the value client wrote into reservation id under
@@ -103,7 +118,8 @@ func (m *Master) CommitReserved(client string, id uint64, key string, size uint6
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	r, ok := m.resv[id]
+	oid := id ^ m.resvSalt
+	r, ok := m.resv[oid]
 	switch {
 	case !ok:
 		return store.Errorf(store.ObjectNotFound, "key %q: reservation %d not found (expired, dropped with its segment, or from an earlier master)", key, id)
@@ -120,7 +136,7 @@ func (m *Master) CommitReserved(client string, id uint64, key string, size uint6
 		}
 		m.discard(old, now)
 	}
-	m.dropReservation(id, false, nil)
+	m.dropReservation(oid, false, nil)
 	o := r.o
 	o.key, o.when = key, m.stamp(now)
 	o.softPin, o.hardPin = cfg.WithSoftPin, cfg.WithHardPin
@@ -138,7 +154,8 @@ func (m *Master) CommitReserved(client string, id uint64, key string, size uint6
 // ReleaseReserved frees reservation id of client unused. Errors:
 // OBJECT_NOT_FOUND; ILLEGAL_CLIENT.
 func (m *Master) ReleaseReserved(client string, id uint64) error {
-	r, ok := m.resv[id]
+	oid := id ^ m.resvSalt
+	r, ok := m.resv[oid]
 	switch {
 	case !ok:
 		return store.Errorf(store.ObjectNotFound, "reservation %d not found", id)
@@ -146,7 +163,7 @@ func (m *Master) ReleaseReserved(client string, id uint64) error {
 		return store.Errorf(store.IllegalClient, "reservation %d is held by %q, not %q", id, r.client, client)
 	}
 	m.touchClient(client)
-	m.dropReservation(id, true, nil)
+	m.dropReservation(oid, true, nil)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package master
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -163,30 +164,30 @@ func TestReservationDroppedWithItsSegment(t *testing.T) {
 // where a PutStart of the same size evicts.
 func TestReserveNeverEvicts(t *testing.T) {
 	m, _ := newTestMaster(t, func(c *Config) { c.EvictionHighWatermark = 1.0 })
-	mustMount(t, m, "node", testSeg("a", 64<<10), testSeg("b", 64<<10))
-	for i := range 4 {
-		k := string(rune('a'+i)) + "-full"
+	mustMount(t, m, "node", testSeg("a", 256<<10), testSeg("b", 256<<10))
+	for i := range 16 {
+		k := fmt.Sprintf("full-%02d", i)
 		_, err := m.PutStart("c1", k, 32<<10, ReplicaConfig{ReplicaNum: 1})
 		require.NoError(t, err, k)
 		require.NoError(t, m.PutEnd("c1", k))
 	}
-	require.EqualValues(t, 128<<10, m.Stats().Used)
+	require.EqualValues(t, 512<<10, m.Stats().Used)
 
 	_, err := m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 1})
 	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
 	assert.Contains(t, err.Error(), "do not evict")
 	st := m.Stats()
-	assert.Equal(t, 4, st.Objects, "nothing evicted for a reservation")
+	assert.Equal(t, 16, st.Objects, "nothing evicted for a reservation")
 	assert.Zero(t, st.EvictedObjects)
 	assert.Zero(t, st.Reserved)
 	n, _ := m.Reservations()
 	assert.Zero(t, n)
 
 	// Room for one replica of two: refused whole, the space given back.
-	require.NoError(t, m.Remove("a-full", true))
+	require.NoError(t, m.Remove("full-00", true))
 	_, err = m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 2})
 	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
-	assert.EqualValues(t, 96<<10, m.Stats().Used)
+	assert.EqualValues(t, 480<<10, m.Stats().Used)
 	assert.Zero(t, m.Stats().Reserved)
 
 	r, err := m.Reserve("c1", 32<<10, ReplicaConfig{ReplicaNum: 1})
@@ -195,7 +196,58 @@ func TestReserveNeverEvicts(t *testing.T) {
 	assert.EqualValues(t, 32<<10, m.Stats().Reserved)
 
 	// PutStart, unlike Reserve, evicts the least recently used value.
-	_, err = m.PutStart("c1", "e-evicts", 32<<10, ReplicaConfig{ReplicaNum: 1})
+	_, err = m.PutStart("c1", "evicts", 32<<10, ReplicaConfig{ReplicaNum: 1})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, m.Stats().EvictedObjects)
+}
+
+// TestReservationsHoldAtMostAnEighth: all reservations together hold at
+// most MaxReservedFraction of the pool, and the high-watermark eviction
+// of Tick does not count them: held space never evicts stored values.
+func TestReservationsHoldAtMostAnEighth(t *testing.T) {
+	m, _ := newTestMaster(t, func(c *Config) { c.EvictionHighWatermark = 0.5 })
+	mustMount(t, m, "node", testSeg("a", 1<<20))
+	for range 2 {
+		_, err := m.Reserve("c1", 64<<10, ReplicaConfig{ReplicaNum: 1})
+		require.NoError(t, err)
+	}
+	_, err := m.Reserve("c2", 1, ReplicaConfig{ReplicaNum: 1})
+	assert.ErrorIs(t, err, store.ErrNoAvailableHandle, "past an eighth of the pool, whoever asks")
+	assert.Contains(t, err.Error(), "0.125")
+
+	// Objects at the watermark plus the reservations above it: no eviction.
+	for i := range 8 {
+		k := fmt.Sprintf("v-%d", i)
+		_, err := m.PutStart("c1", k, 64<<10, ReplicaConfig{ReplicaNum: 1})
+		require.NoError(t, err)
+		require.NoError(t, m.PutEnd("c1", k))
+	}
+	assert.Zero(t, m.Tick(), "usage without reservations is at the watermark")
+	assert.Equal(t, 8, m.Stats().Objects)
+	_, err = m.PutStart("c1", "v-8", 64<<10, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	require.NoError(t, m.PutEnd("c1", "v-8"))
+	assert.Positive(t, m.Tick(), "objects alone past the watermark evict")
+}
+
+// TestReservationIDsDoNotCrossMasters: a reservation ID given by one
+// master names nothing at another (a restart, a failover), so a client's
+// late release or commit cannot free or fill another reservation there.
+func TestReservationIDsDoNotCrossMasters(t *testing.T) {
+	m1, _ := newTestMaster(t, nil)
+	m2, _ := newTestMaster(t, nil)
+	for _, m := range []*Master{m1, m2} {
+		mustMount(t, m, "node", testSeg("a", 1<<20))
+	}
+	r1, err := m1.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	r2, err := m2.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	assert.NotZero(t, r1.ID)
+	assert.NotEqual(t, r1.ID, r2.ID, "the same first object id, salted apart")
+	assert.ErrorIs(t, m2.ReleaseReserved("c1", r1.ID), store.ErrObjectNotFound)
+	assert.ErrorIs(t, m2.CommitReserved("c1", r1.ID, "k", 4096, ReplicaConfig{}), store.ErrObjectNotFound)
+	n, _ := m2.Reservations()
+	assert.Equal(t, 1, n, "m2's own reservation untouched")
+	require.NoError(t, m2.CommitReserved("c1", r2.ID, "k", 4096, ReplicaConfig{}))
 }
