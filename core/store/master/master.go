@@ -335,6 +335,7 @@ type Master struct {
 	resv      map[uint64]reservation // by object id (reserve.go)
 	resvCount map[string]int         // reservations per client
 	resvSalt  uint64                 // Reservation.ID = object id ^ resvSalt, random per master (reserve.go)
+	resvBytes uint64                 // bytes of all reservations' replicas (in used)
 }
 
 // New returns an empty master. Errors: INVALID_PARAMS from Config.Validate.
@@ -534,11 +535,7 @@ func (m *Master) onSegment(o *object, s *segment) bool {
 
 func (m *Master) free(o *object) {
 	m.observeRemoved(o)
-	var one [1]replica
-	for _, r := range o.replicas(&one) {
-		m.freeReplica(o, r, nil)
-	}
-	o.dropReplicas()
+	m.freeReplicas(o, nil)
 	m.forget(o)
 }
 
@@ -823,8 +820,7 @@ func (m *Master) Tick() (evicted int) {
 	}
 	// Reservations are left out: space held for puts about to be made
 	// must not evict stored values (the put evicts if it has to).
-	reserved, _ := m.reservedOn(nil)
-	usage := float64(m.used-reserved) / float64(m.capacity)
+	usage := float64(m.used-m.resvBytes) / float64(m.capacity)
 	if usage <= m.cfg.EvictionHighWatermark || m.cfg.EvictionHighWatermark >= 1 {
 		return 0
 	}
@@ -855,7 +851,7 @@ func (m *Master) releaseDiscards(now time.Time) {
 // Stats returns a usage snapshot.
 func (m *Master) Stats() Stats {
 	s := m.stats
-	s.Reserved, s.Reservations = m.reservedOn(nil)
+	s.Reservations, s.Reserved = m.Reservations()
 	s.Capacity, s.Used = m.capacity, m.used-s.Reserved
 	s.Objects, s.Segments, s.Clients = m.objects.len(), len(m.order), len(m.clients)
 	s.SoftPinned, s.HardPinned = m.pinned.soft, m.pinned.hard

@@ -142,6 +142,16 @@ func (m *Master) freeReplica(o *object, r replica, gone *segment) {
 	}
 }
 
+// freeReplicas releases all of o's replicas (as freeReplica, gone the
+// same) and leaves o with none.
+func (m *Master) freeReplicas(o *object, gone *segment) {
+	var one [1]replica
+	for _, r := range o.replicas(&one) {
+		m.freeReplica(o, r, gone)
+	}
+	o.dropReplicas()
+}
+
 // dropReplicasOn drops o's replicas that have a range on s (a striped
 // replica loses all its pieces), its LOCAL_DISK replica on s's disk tier
 // and its tier task there; o leaves the table with its last replica.

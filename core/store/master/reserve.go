@@ -77,8 +77,8 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d bytes exceed pool capacity %d", size, m.capacity)
 	}
 	want := min(cfg.ReplicaNum, len(m.order))
-	if held, _ := m.reservedOn(nil); float64(held+size*uint64(want)) > MaxReservedFraction*float64(m.capacity) {
-		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d replicas of %d bytes would take reservations past %.3g of the pool's %d bytes (%d reserved)", want, size, MaxReservedFraction, m.capacity, held)
+	if float64(m.resvBytes+size*uint64(want)) > MaxReservedFraction*float64(m.capacity) {
+		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: %d replicas of %d bytes would take reservations past %.3g of the pool's %d bytes (%d reserved)", want, size, MaxReservedFraction, m.capacity, m.resvBytes)
 	}
 	if m.nextID^m.resvSalt == 0 {
 		m.nextID++ // an ID of 0 means none
@@ -88,11 +88,7 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 	cfg.WithSoftPin, cfg.WithHardPin = false, false
 	m.place(o, want, cfg)
 	if n := o.nreps(); n < want || n == 0 {
-		var one [1]replica
-		for _, rep := range o.replicas(&one) {
-			m.freeReplica(o, rep, nil)
-		}
-		o.dropReplicas()
+		m.freeReplicas(o, nil)
 		return Reservation{}, store.Errorf(store.NoAvailableHandle, "reserve: free space has room for %d of %d replicas of %d bytes (reservations do not evict)", n, want, size)
 	}
 	o.owner = m.owners.intern(client)
@@ -101,6 +97,7 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 	}
 	m.resv[o.id] = reservation{o: o, client: client}
 	m.resvCount[client]++
+	m.resvBytes += size * uint64(o.nreps())
 	return Reservation{ID: o.id ^ m.resvSalt, Size: size, Replicas: m.descs(o)}, nil
 }
 
@@ -170,11 +167,7 @@ func (m *Master) ReleaseReserved(client string, id uint64) error {
 // Reservations is how many reservations the master holds, and their
 // bytes over all replicas (Stats.Reserved; not in Stats.Used).
 func (m *Master) Reservations() (n int, bytes uint64) {
-	for _, r := range m.resv {
-		n++
-		bytes += r.o.size * uint64(r.o.nreps())
-	}
-	return n, bytes
+	return len(m.resv), m.resvBytes
 }
 
 // dropReservation removes reservation id from the master's records; with
@@ -184,17 +177,14 @@ func (m *Master) Reservations() (n int, bytes uint64) {
 func (m *Master) dropReservation(id uint64, free bool, gone *segment) {
 	r := m.resv[id]
 	delete(m.resv, id)
+	m.resvBytes -= r.o.size * uint64(r.o.nreps())
 	if m.resvCount[r.client]--; m.resvCount[r.client] <= 0 {
 		delete(m.resvCount, r.client)
 	}
 	if !free {
 		return
 	}
-	var one [1]replica
-	for _, rep := range r.o.replicas(&one) {
-		m.freeReplica(r.o, rep, gone)
-	}
-	r.o.dropReplicas()
+	m.freeReplicas(r.o, gone)
 	m.owners.release(r.o.owner)
 }
 
@@ -222,22 +212,16 @@ func (m *Master) dropReservationsOn(s *segment) {
 	}
 }
 
-// reservedOn is the space (bytes) and number of reservations with a range
-// on s, or on every segment with s nil.
+// reservedOn is the space (bytes) and number of reservations with a
+// replica on s (reservations never stripe): for operator listings, a scan.
 func (m *Master) reservedOn(s *segment) (bytes uint64, n int) {
 	var one [1]replica
 	for _, r := range m.resv {
-		on := false
 		for _, rep := range r.o.replicas(&one) {
-			for _, p := range rep.parts(r.o.size) {
-				if s == nil || p.seg == s {
-					bytes += p.size
-					on = true
-				}
+			if rep.seg == s {
+				bytes += r.o.size
+				n++
 			}
-		}
-		if on {
-			n++
 		}
 	}
 	return bytes, n

@@ -56,6 +56,7 @@ func TestReserveCommitMakesACompleteObject(t *testing.T) {
 	// The object removes like any other and its space comes back.
 	require.NoError(t, m.Remove("k", true))
 	assert.Zero(t, m.Stats().Used)
+	requireReservedAgrees(t, m)
 }
 
 func TestCommitReservedRefusals(t *testing.T) {
@@ -84,6 +85,7 @@ func TestCommitReservedRefusals(t *testing.T) {
 	assert.ErrorIs(t, err, store.ErrInvalidParams)
 	_, err = m.Reserve("c1", 2<<20, ReplicaConfig{ReplicaNum: 1})
 	assert.ErrorIs(t, err, store.ErrNoAvailableHandle)
+	requireReservedAgrees(t, m)
 }
 
 func TestReservationLimitAndRelease(t *testing.T) {
@@ -114,6 +116,7 @@ func TestReservationLimitAndRelease(t *testing.T) {
 	require.Len(t, st.SegmentsDetail, 1)
 	assert.EqualValues(t, 4096, st.SegmentsDetail[0].Reserved)
 	assert.Zero(t, st.SegmentsDetail[0].Objects)
+	requireReservedAgrees(t, m)
 }
 
 func TestReservationExpiresIntoDiscards(t *testing.T) {
@@ -143,6 +146,7 @@ func TestReservationExpiresIntoDiscards(t *testing.T) {
 	m.Ping("c1")
 	m.Tick()
 	assert.Zero(t, m.Stats().Used)
+	requireReservedAgrees(t, m)
 }
 
 func TestReservationDroppedWithItsSegment(t *testing.T) {
@@ -157,6 +161,7 @@ func TestReservationDroppedWithItsSegment(t *testing.T) {
 	assert.ErrorIs(t, m.CommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}), store.ErrObjectNotFound)
 	// The space is allocatable again.
 	mustPut(t, m, "c1", "k", 1<<20, 1)
+	requireReservedAgrees(t, m)
 }
 
 // TestReserveNeverEvicts: a reservation takes free space only, all its
@@ -199,6 +204,7 @@ func TestReserveNeverEvicts(t *testing.T) {
 	_, err = m.PutStart("c1", "evicts", 32<<10, ReplicaConfig{ReplicaNum: 1})
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, m.Stats().EvictedObjects)
+	requireReservedAgrees(t, m)
 }
 
 // TestReservationsHoldAtMostAnEighth: all reservations together hold at
@@ -228,6 +234,7 @@ func TestReservationsHoldAtMostAnEighth(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.PutEnd("c1", "v-8"))
 	assert.Positive(t, m.Tick(), "objects alone past the watermark evict")
+	requireReservedAgrees(t, m)
 }
 
 // TestReservationIDsDoNotCrossMasters: a reservation ID given by one
@@ -250,4 +257,23 @@ func TestReservationIDsDoNotCrossMasters(t *testing.T) {
 	n, _ := m2.Reservations()
 	assert.Equal(t, 1, n, "m2's own reservation untouched")
 	require.NoError(t, m2.CommitReserved("c1", r2.ID, "k", 4096, ReplicaConfig{}))
+	requireReservedAgrees(t, m2)
+}
+
+// requireReservedAgrees checks the master's running count of reserved
+// bytes against the per-segment scan of the operator listing.
+func requireReservedAgrees(t *testing.T, m *Master) {
+	t.Helper()
+	n, b := m.Reservations()
+	st := m.Stats()
+	var sb uint64
+	var sn int
+	for _, d := range st.SegmentsDetail {
+		sb += d.Reserved
+		sn += d.Reservations
+	}
+	require.Equal(t, b, sb, "reserved bytes: counter vs segments")
+	require.Equal(t, b, st.Reserved)
+	require.Equal(t, n, st.Reservations)
+	require.GreaterOrEqual(t, sn, n, "each reservation has a replica on some segment")
 }

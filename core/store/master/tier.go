@@ -343,11 +343,7 @@ func (m *Master) endTask(o *object) *tierTask {
 // dropMemory frees o's DRAM replicas; o keeps its LOCAL_DISK replica and
 // leaves the LRU list.
 func (m *Master) dropMemory(o *object) {
-	var one [1]replica
-	for _, r := range o.replicas(&one) {
-		m.freeReplica(o, r, nil)
-	}
-	o.dropReplicas()
+	m.freeReplicas(o, nil)
 	m.pol.remove(o)
 	m.observeUpdated(o)
 }
