@@ -92,7 +92,8 @@ func benchTransferCmd() *cobra.Command {
 					return usageOf("bench transfer", "--metadata_server: %v", err)
 				}
 			}
-			mkEngine := func(name string) (*transfer.Engine, *memory.Region, error) {
+			// mkEngine starts an engine named name with an n-byte registered buffer.
+			mkEngine := func(name string, n int) (*transfer.Engine, *memory.Region, error) {
 				tr, err := newTransport(protocol, bind)
 				if err != nil {
 					return nil, nil, err
@@ -100,10 +101,6 @@ func benchTransferCmd() *cobra.Command {
 				e, err := transfer.New(ctx, transfer.Config{Name: name, Metadata: meta, Transport: tr})
 				if err != nil {
 					return nil, nil, err
-				}
-				n := size
-				if name == "bench-target" || mode == "target" {
-					n = targetSize
 				}
 				r, err := memory.MapShared(n, name)
 				if err != nil {
@@ -120,13 +117,13 @@ func benchTransferCmd() *cobra.Command {
 			fail := func(err error) error { return &exitError{1, "mooncake bench transfer: " + err.Error()} }
 			switch mode {
 			case "target":
-				e, r, err := mkEngine(name)
+				e, r, err := mkEngine(name, targetSize)
 				if err != nil {
 					return fail(err)
 				}
 				defer r.Close()
 				defer e.Close()
-				fmt.Fprintf(os.Stderr, "bench target %q: %s registered at %#x; waiting (Ctrl-C to stop)\n", name, geometry.FormatSize(int64(size)), r.Addr())
+				fmt.Fprintf(os.Stderr, "bench target %q: %s registered at %#x; waiting (Ctrl-C to stop)\n", name, geometry.FormatSize(int64(targetSize)), r.Addr())
 				<-ctx.Done()
 				return nil
 			case "initiator", "loopback":
@@ -134,7 +131,7 @@ func benchTransferCmd() *cobra.Command {
 				return usageOf("bench transfer", "--mode %q: want initiator, target or loopback", mode)
 			}
 			if mode == "loopback" {
-				te, tr, err := mkEngine("bench-target")
+				te, tr, err := mkEngine("bench-target", targetSize)
 				if err != nil {
 					return fail(err)
 				}
@@ -144,7 +141,7 @@ func benchTransferCmd() *cobra.Command {
 			} else if segment == "" {
 				return usageOf("bench transfer", "--mode initiator needs --segment_id (the target's name)")
 			}
-			e, r, err := mkEngine(name)
+			e, r, err := mkEngine(name, size)
 			if err != nil {
 				return fail(err)
 			}

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // storeResult is the part of `bench store --json` the tests check.
@@ -140,4 +143,26 @@ func TestBenchStoreAgainstNode(t *testing.T) {
 	}
 	n.stop(t)
 	m.stop(t)
+}
+
+// TestBenchTransferTargetSpan: --target_span moves the batches over a
+// larger target, wrapping where a whole window no longer fits (a span
+// that is not a multiple of the window included), for writes and reads;
+// a span that is no size is a usage error.
+func TestBenchTransferTargetSpan(t *testing.T) {
+	for _, tc := range []struct{ op, span string }{{"write", "1MiB"}, {"write", "1000KiB"}, {"read", "1000KiB"}} {
+		r := mooncake(t, 60*time.Second, "bench", "transfer", "--mode", "loopback", "--protocol", "tcp", "--operation", tc.op,
+			"--block_size", "64KiB", "--batch_size", "2", "--threads", "2", "--duration", "200ms", "--target_span", tc.span, "--json")
+		require.Equal(t, 0, r.code, "%s over %s: %s", tc.op, tc.span, r.stderr)
+		var res struct {
+			Bytes   int64 `json:"bytes"`
+			Batches int64 `json:"batches"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), r.stdout)
+		assert.Positive(t, res.Batches, "%s over %s", tc.op, tc.span)
+		assert.Equal(t, res.Batches*2*64<<10, res.Bytes, "%s over %s: bytes = batches x batch", tc.op, tc.span)
+	}
+	r := mooncake(t, 30*time.Second, "bench", "transfer", "--mode", "loopback", "--target_span", "lots")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "--target_span")
 }

@@ -82,25 +82,24 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 		go func(t int) {
 			defer wg.Done()
 			reqs := make([]transfer.Request, cfg.BatchSize)
+			offs := make([]uint64, cfg.BatchSize) // each request's offset in the first window
 			for i := range reqs {
-				off := uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
-				reqs[i] = transfer.Request{Op: cfg.Op, Source: local.Addr() + off, Target: target, TargetOffset: remoteBase + off, Length: uint64(cfg.BlockSize)}
+				offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
+				reqs[i] = transfer.Request{Op: cfg.Op, Source: local.Addr() + offs[i], Target: target, TargetOffset: remoteBase + offs[i], Length: uint64(cfg.BlockSize)}
 			}
+			window := 0 // of windows, the BufferSize-byte slices of TargetSpan
+			windows := max(cfg.TargetSpan/BufferSize(cfg), 1)
 			st := &stats[t]
 			for ctx.Err() == nil {
 				t0 := time.Now()
 				if t0.After(end) {
 					return
 				}
-				if step := uint64(BufferSize(cfg)); cfg.TargetSpan > int(step) {
-					// The next window of the span, wrapping where a whole
-					// window no longer fits.
+				if windows > 1 {
 					for i := range reqs {
-						reqs[i].TargetOffset += step
-						if reqs[i].TargetOffset-remoteBase+reqs[i].Length > uint64(cfg.TargetSpan)/step*step {
-							reqs[i].TargetOffset = remoteBase + uint64(cfg.BlockSize)*uint64(i*cfg.Threads+t)
-						}
+						reqs[i].TargetOffset = remoteBase + uint64(window*BufferSize(cfg)) + offs[i]
 					}
+					window = (window + 1) % windows
 				}
 				if err := e.TransferSync(ctx, reqs); err != nil {
 					st.err = err
