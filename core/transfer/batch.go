@@ -76,10 +76,19 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	if err != nil {
 		return err
 	}
+	// Held from the closed check to inflight.Add, so that Close, which sets
+	// closed under the write lock before it waits, never waits on a
+	// WaitGroup that a Submit is still adding to.
+	e.life.RLock()
+	if e.closed.Load() {
+		e.life.RUnlock()
+		return ErrClosed
+	}
 	b.mu.Lock()
 	if len(b.mu.tasks)+len(reqs) > b.capacity {
 		n := len(b.mu.tasks)
 		b.mu.Unlock()
+		e.life.RUnlock()
 		return fmt.Errorf("%w: batch %d holds %d of %d, %d more submitted", ErrTooManyRequests, id, n, b.capacity, len(reqs))
 	}
 	// The caller may reuse reqs and their Pieces once Submit returns.
@@ -94,6 +103,7 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	b.mu.pending += len(rs)
 	e.inflight.Add(len(rs))
 	b.mu.Unlock()
+	e.life.RUnlock()
 	// A few goroutines drain the submitted requests rather than one per
 	// request: a batch of many small requests pays goroutine start-up and
 	// stack growth once per worker. Concurrency is still at most

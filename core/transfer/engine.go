@@ -78,6 +78,7 @@ type Engine struct {
 	sem      chan struct{} // bounds concurrently executing requests
 	inflight sync.WaitGroup
 	closed   atomic.Bool
+	life     sync.RWMutex // Submit read-holds it from its closed check to inflight.Add; Close write-holds it to set closed
 	nextB    atomic.Uint64
 	ctx      context.Context // cancelled by Close: aborts running requests
 	cancel   context.CancelFunc
@@ -445,7 +446,10 @@ func (e *Engine) CloseSegment(id SegmentID) error {
 // Close stops the engine (see the package doc for the order). Errors: the
 // transport's close error. A second Close returns ErrClosed.
 func (e *Engine) Close() error {
-	if e.closed.Swap(true) {
+	e.life.Lock()
+	was := e.closed.Swap(true)
+	e.life.Unlock()
+	if was {
 		return ErrClosed
 	}
 	e.cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/loopback"
 	"github.com/mooncake-go/mooncake/core/transfer/transfertest"
+	"github.com/stretchr/testify/require"
 )
 
 func newMeta(t testing.TB) metadata.Store { return memmeta.New() }
@@ -156,4 +157,48 @@ func TestMixedOutcomes(t *testing.T) {
 			t.Errorf("req %d: status %v landed %v, want COMPLETED and landed", i, s.Status, landed)
 		}
 	}
+}
+
+// TestCloseDuringSubmits closes an engine while goroutines keep submitting
+// writes through it: every transfer completes with the source's bytes or
+// fails with ErrClosed (or the cancellation Close causes), none hangs, and
+// -race finds no Submit adding to the in-flight count Close waits on.
+func TestCloseDuringSubmits(t *testing.T) {
+	p, _ := pair(t)
+	a := p.RA.Bytes()
+	for i := range a[:64<<10] {
+		a[i] = byte(i*7 + 1)
+	}
+	const workers = 4
+	started := make(chan struct{}, workers)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			off := uint64(w) * (16 << 10)
+			req := transfer.Request{Op: transfer.Write, Source: p.RA.Addr() + off, Target: p.BHandle, TargetOffset: p.RB.Addr() + off, Length: 16 << 10}
+			for n := 0; ; n++ {
+				if n == 1 {
+					started <- struct{}{}
+				}
+				if err := p.A.TransferSync(p.Background, []transfer.Request{req}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for range workers {
+		<-started
+	}
+	require.NoError(t, p.A.Close())
+	for range workers {
+		select {
+		case err := <-errs:
+			require.True(t, errors.Is(err, transfer.ErrClosed) || errors.Is(err, context.Canceled), "after Close: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a transfer submitted around Close hung")
+		}
+	}
+	require.Equal(t, a[:64<<10], p.RB.Bytes()[:64<<10], "writes that completed before Close")
+	require.ErrorIs(t, p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: p.RB.Addr(), Length: 1}}), transfer.ErrClosed)
 }
