@@ -16,6 +16,8 @@ from conftest import BLOCK, CONNECTOR, PROMPT_SETS, store_config
 PROMPTS = PROMPT_SETS["store"]
 # Distinct full blocks of PROMPTS: 3 + 7 + 2 + 2 + (6 - 5 shared).
 UNIQUE_BLOCKS = 15
+# Tokens of the last prompt's full blocks shared with prompt 2 (5 blocks).
+SHARED_TOKENS = 160
 
 
 def expected_hit_tokens(prompts, sync=False):
@@ -75,8 +77,16 @@ def test_save_then_load_in_fresh_processes(pool, start, baseline, tmp_path):
         assert [o["tokens"] for o in outs] == baseline["store"], d.name
         m = d.metrics()
         c = counters(m)
-        assert int(m["vllm:external_prefix_cache_hits"]) == want, (d.name, m["vllm:external_prefix_cache_hits"], want)
-        assert c["loaded_blocks"] * BLOCK >= want, (d.name, c)
+        ext, local = int(m["vllm:external_prefix_cache_hits"]), int(m.get("vllm:prefix_cache_hits", 0))
+        # With prefix caching on, the last prompt's blocks shared with prompt
+        # 2 are local hits when vLLM schedules it after prompt 2's async load
+        # landed (under load it may), external hits when scheduled with it:
+        # either way every full block is a hit, and only shared ones are local.
+        assert ext + local == want, (d.name, ext, local, want)
+        assert ext >= want - SHARED_TOKENS and (sync or local in (0, SHARED_TOKENS)), (d.name, ext, local)
+        if sync:
+            assert local == 0 and ext == want, (d.name, ext, local, want)
+        assert c["loaded_blocks"] * BLOCK >= ext, (d.name, c)
         assert c["loaded_bytes"] == c["loaded_blocks"] * block_bytes, (d.name, c)
         assert c["failed_blocks"] == 0, (d.name, c)
         assert sum(o["num_cached_tokens"] for o in outs) >= want - len(PROMPTS), (d.name, [o["num_cached_tokens"] for o in outs])
