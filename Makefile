@@ -231,7 +231,24 @@ test-upstream-store: lib venv build
 		./scripts/test-upstream-store.sh
 
 
-test: vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine test-trtllm
+# Debian packages the tests use that a fresh machine may lack:
+# libibverbs-dev (the rdma-tag build; its libibverbs1 is what upstream's
+# wheel in the compatibility tests links against). Installed with apt-get
+# when run as root (as .ci/run does); otherwise one line names them and the
+# steps that need them print SKIPPED.
+.PHONY: deps
+deps:
+	@if [ ! -e /usr/include/infiniband/verbs.h ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "deps: installing Debian's libibverbs-dev (rdma-tag build, upstream's wheel)"; \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libibverbs-dev; } >/dev/null || \
+				echo "deps: apt-get install libibverbs-dev failed: the steps that need it print SKIPPED"; \
+		else \
+			echo "deps: Debian's libibverbs-dev is missing and this is not root: apt-get install libibverbs-dev (the steps that need it print SKIPPED)"; \
+		fi; \
+	fi
+
+test: deps vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine test-trtllm
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz-short
 	$(MAKE) test-vllm-engine

@@ -9,6 +9,7 @@ and say so."""
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -103,6 +104,10 @@ def test_upstream_then_ours(our_wheel, upstream_wheel, tmp_path):
     v = Venv(tmp_path / "v")
     v.pip("install", "--quiet", "--no-deps", upstream_wheel)
     r = v.python("import mooncake.engine as e; print(type(e.TransferEngine).__name__)")
+    missing = re.search(r"(lib(?:ibverbs|numa|curl)\.so\.\d+): cannot open shared object file", r.stderr)
+    if r.returncode != 0 and missing:
+        pytest.skip(f"SKIPPED: upstream's wheel cannot load here: {missing.group(1)} is missing"
+                    " (Debian's libibverbs1, libnuma1, libcurl4; `make deps` as root installs libibverbs-dev)")
     assert r.returncode == 0 and "pybind11" in r.stdout, (
         "upstream alone imports (nothing of ours is involved); upstream's wheel needs Debian's libibverbs1, libnuma1"
         f" and libcurl4 (.ci/run installs libibverbs-dev):\n{r.stderr[-600:]}")
