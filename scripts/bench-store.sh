@@ -8,7 +8,9 @@
 # value size per op, the same number of threads; once to the same target
 # offsets every op as upstream's bench does, once with --target_span of
 # the pool's size, each op to the next offsets, as the pool's values
-# spread over its memory), and prints our figures
+# spread over its memory), then plain loopback sockets with no engine
+# (mooncake bench transfer --protocol socket: what the kernel gives the
+# same writes), and prints our figures
 # as ratios of redis's and of the raw engine's. GB/s = ops/s x value size /
 # 1e9. They alternate for ROUNDS rounds and the medians are compared, so
 # that load from other processes hits all alike; the load average is
@@ -93,6 +95,12 @@ for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["
 print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" "$who" >>"$rows"
     done
   done
+  # No engine at all: one plain loopback TCP connection per client, each
+  # write a value into a target of the pool's span, then an 8-byte ack:
+  # what the kernel's sockets give this pattern here.
+  "$BIN" bench transfer --protocol socket --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --target_span "$POOL" --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); s=sys.argv[1]
+print(s, "socket", "write", d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" >>"$rows"
 }
 
 for size in $SIZES; do
@@ -100,6 +108,7 @@ for size in $SIZES; do
   echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -r $(keys_of "$b") -t set,get -q --csv"
   echo "value $size: $BIN bench store --protocol shm|tcp --value-size $size --clients $CLIENTS --duration ${DUR}s"
   echo "value $size: $BIN bench transfer --protocol tcp --operation write|read --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s [--target_span $POOL]"
+  echo "value $size: $BIN bench transfer --protocol socket --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s --target_span $POOL"
   for r in $(seq "$ROUNDS"); do round "$size"; done
 done
 
@@ -115,7 +124,7 @@ for line in open(rows):
 med = lambda xs: statistics.median(xs)
 sizes = list(dict.fromkeys(k[0] for k in data))
 for size in sizes:
-    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp, raw engine tcp)")
+    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp, raw engine tcp, plain sockets)")
     def line(label, key, base=None):
         xs = data[key]
         g = med([x[1] for x in xs])
@@ -131,6 +140,7 @@ for size in sizes:
     line("raw engine tcp read", (size, "raw", "read"))
     line("raw tcp write, 1 GiB span", (size, "rawspan", "write"))
     line("raw tcp read, 1 GiB span", (size, "rawspan", "read"))
+    line("plain sockets write, span", (size, "socket", "write"))
     g = lambda k: med([x[1] for x in data[k]])
     p99 = lambda k: med([x[3] for x in data[k]])
     # Ratios within each round (the two ran a few seconds apart), then
@@ -145,6 +155,8 @@ for size in sizes:
           f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
     print(f"    tcp put / raw write over the pool's span {per_round((size, 'tcp', 'put'), (size, 'rawspan', 'write'))}, "
           f"tcp get / raw read over the span {per_round((size, 'tcp', 'get'), (size, 'rawspan', 'read'))}")
+    print(f"    raw write over the span / plain sockets {per_round((size, 'rawspan', 'write'), (size, 'socket', 'write'))}, "
+          f"plain sockets / SET {per_round((size, 'socket', 'write'), (size, 'redis', 'SET'))}")
     print(size, g((size, "shm", "put")), g((size, "shm", "get")), g((size, "tcp", "put")), g((size, "tcp", "get")), file=ours)
 PY
 

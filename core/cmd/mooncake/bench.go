@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -80,6 +81,19 @@ func benchTransferCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if protocol == "socket" {
+				if mode != "loopback" {
+					return usageOf("bench transfer", "--protocol socket runs in --mode loopback only (got --mode %s)", mode)
+				}
+				if opcode != transfer.Write {
+					return usageOf("bench transfer", "--protocol socket measures --operation write only")
+				}
+				res, err := transferbench.Socket(ctx, cfg)
+				if err != nil {
+					return &exitError{1, "mooncake bench transfer: " + err.Error()}
+				}
+				return printTransfer(cmd, res, jsonOut)
+			}
 
 			var meta metadata.Store
 			switch {
@@ -105,6 +119,14 @@ func benchTransferCmd() *cobra.Command {
 				r, err := memory.MapShared(n, name)
 				if err != nil {
 					e.Close()
+					return nil, nil, err
+				}
+				// Faulted in before the run, as the store's pool segments
+				// are (a --target_span run would otherwise time first-touch
+				// page faults for its first pass over the span).
+				if err := r.Prefault(); err != nil && !errors.Is(err, memory.ErrPrefaultUnsupported) {
+					e.Close()
+					r.Close()
 					return nil, nil, err
 				}
 				if err := e.RegisterRegion(ctx, r, "cpu:0", true); err != nil {
@@ -163,17 +185,12 @@ func benchTransferCmd() *cobra.Command {
 			if err != nil {
 				return fail(err)
 			}
-			if jsonOut {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s block %s batch %d threads %d: %.3f GB/s, batch latency p50 %.3f ms p99 %.3f ms (%d batches in %.1f s)\n",
-				protocol, res.Operation, geometry.FormatSize(int64(res.BlockSize)), res.BatchSize, res.Threads, res.GBps, res.BatchP50, res.BatchP99, res.Batches, res.ElapsedS)
-			return nil
+			return printTransfer(cmd, res, jsonOut)
 		},
 	}
 	f := c.Flags()
 	f.StringVar(&mode, "mode", "loopback", "initiator | target | loopback (both in this process)")
-	f.StringVar(&protocol, "protocol", "tcp", "transport: tcp | shm (same host)")
+	f.StringVar(&protocol, "protocol", "tcp", "transport: tcp | shm (same host) | socket (no engine: one plain loopback TCP connection per thread, the kernel's ceiling for tcp writes; loopback mode, write only)")
 	f.StringVar(&op, "operation", "write", "read | write")
 	f.StringVar(&blockSize, "block_size", "64KiB", "bytes per request")
 	f.IntVar(&batch, "batch_size", 128, "requests per batch")
@@ -186,6 +203,17 @@ func benchTransferCmd() *cobra.Command {
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
 	f.StringVar(&span, "target_span", "", "bytes of the target buffer the requests move over: each batch goes to the next offsets, wrapping (default: the same offsets every batch, as upstream; give a pool's size to measure targets that are not in the CPU cache, as a store's puts are)")
 	return c
+}
+
+// printTransfer prints a transfer benchmark's result: one JSON object, or
+// one line of GB/s and batch latencies (ms).
+func printTransfer(cmd *cobra.Command, res transferbench.Result, jsonOut bool) error {
+	if jsonOut {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s block %s batch %d threads %d: %.3f GB/s, batch latency p50 %.3f ms p99 %.3f ms (%d batches in %.1f s)\n",
+		res.Protocol, res.Operation, geometry.FormatSize(int64(res.BlockSize)), res.BatchSize, res.Threads, res.GBps, res.BatchP50, res.BatchP99, res.Batches, res.ElapsedS)
+	return nil
 }
 
 func benchMemcpyCmd() *cobra.Command {

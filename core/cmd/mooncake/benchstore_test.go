@@ -166,3 +166,26 @@ func TestBenchTransferTargetSpan(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "--target_span")
 }
+
+// TestBenchTransferSocket: the plain-socket baseline prints the same JSON
+// as the engine's run, and refuses what it does not measure.
+func TestBenchTransferSocket(t *testing.T) {
+	r := mooncake(t, 60*time.Second, "bench", "transfer", "--protocol", "socket", "--block_size", "64KiB", "--batch_size", "1",
+		"--threads", "2", "--duration", "200ms", "--target_span", "1MiB", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var res struct {
+		Protocol string `json:"protocol"`
+		Bytes    int64  `json:"bytes"`
+		Batches  int64  `json:"batches"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), r.stdout)
+	assert.Equal(t, "socket", res.Protocol)
+	assert.Positive(t, res.Batches)
+	assert.Equal(t, res.Batches*64<<10, res.Bytes)
+	r = mooncake(t, 30*time.Second, "bench", "transfer", "--protocol", "socket", "--operation", "read")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "write only")
+	r = mooncake(t, 30*time.Second, "bench", "transfer", "--protocol", "socket", "--mode", "initiator")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "loopback only")
+}

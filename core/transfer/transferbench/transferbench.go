@@ -9,8 +9,12 @@ package transferbench
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -168,4 +172,164 @@ func Memcpy(blockSize, total int, d time.Duration) (float64, error) {
 		}
 	}
 	return float64(n) / time.Since(start).Seconds() / 1e9, nil
+}
+
+// Socket measures the ceiling the kernel's loopback TCP gives the pattern
+// Run drives, with no transfer engine: each of cfg.Threads threads owns one
+// TCP connection to a server in this process and loops "send BatchSize
+// requests (an 8-byte little-endian target offset, then BlockSize bytes, in
+// one vectored write), then read BatchSize 8-byte acknowledgements"; the
+// server reads each payload straight into its target buffer (BufferSize or
+// TargetSpan bytes, off the Go heap, faulted in before the run) at that
+// offset, then acknowledges.
+// Offsets follow Run's (windows of TargetSpan as there). Only cfg.Op Write
+// is measured. The result's Protocol is "socket". Errors: a bad config,
+// Write not asked for, a socket error. Ours: a baseline for `mooncake bench
+// transfer` over tcp, so that its figure reads as a share of what the
+// sockets themselves can do on this host.
+func Socket(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.BlockSize <= 0 || cfg.BatchSize <= 0 || cfg.Threads <= 0 || cfg.Duration <= 0 {
+		return Result{}, fmt.Errorf("transferbench: block size, batch size, threads and duration must be > 0 (got %d, %d, %d, %v)", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.Duration)
+	}
+	if cfg.Op != transfer.Write {
+		return Result{}, fmt.Errorf("unsupported: socket baseline of %s (it measures write only)", cfg.Op)
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = 500 * time.Millisecond
+	}
+	size := BufferSize(cfg)
+	span := max(cfg.TargetSpan, size)
+	target, err := memory.Map(span)
+	if err != nil {
+		return Result{}, err
+	}
+	defer target.Close()
+	src, err := memory.Map(size)
+	if err != nil {
+		return Result{}, err
+	}
+	defer src.Close()
+	for _, r := range []*memory.Region{target, src} { // as the engine bench's buffers are
+		if err := r.Prefault(); err != nil && !errors.Is(err, memory.ErrPrefaultUnsupported) {
+			return Result{}, err
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	defer ln.Close()
+	var served sync.WaitGroup
+	defer served.Wait()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			served.Add(1)
+			go func() {
+				defer served.Done()
+				defer c.Close()
+				serveSocket(c, target.Bytes(), cfg.BlockSize)
+			}()
+		}
+	}()
+
+	type tstat struct {
+		batches int64
+		lat     []time.Duration
+		err     error
+	}
+	stats := make([]tstat, cfg.Threads)
+	var wg sync.WaitGroup
+	start := time.Now()
+	measureFrom := start.Add(cfg.Warmup)
+	end := measureFrom.Add(cfg.Duration)
+	for t := range cfg.Threads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st := &stats[t]
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				st.err = err
+				return
+			}
+			defer c.Close()
+			stop := context.AfterFunc(ctx, func() { c.Close() })
+			defer stop()
+			hdrs := make([]byte, 8*cfg.BatchSize)
+			offs := make([]uint64, cfg.BatchSize)
+			bufs := make(net.Buffers, 0, 2*cfg.BatchSize)
+			for i := range offs {
+				offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
+			}
+			acks := make([]byte, 8*cfg.BatchSize)
+			window, windows := 0, max(cfg.TargetSpan/size, 1)
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if t0.After(end) {
+					return
+				}
+				bufs = bufs[:0]
+				for i, off := range offs {
+					binary.LittleEndian.PutUint64(hdrs[8*i:], uint64(window*size)+off)
+					bufs = append(bufs, hdrs[8*i:8*i+8], src.Bytes()[off:off+uint64(cfg.BlockSize)])
+				}
+				window = (window + 1) % windows
+				if _, err := bufs.WriteTo(c); err != nil {
+					st.err = err
+					return
+				}
+				if _, err := io.ReadFull(c, acks); err != nil {
+					st.err = err
+					return
+				}
+				if t0.After(measureFrom) {
+					st.batches++
+					st.lat = append(st.lat, time.Since(t0))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	ln.Close()
+	elapsed := time.Since(measureFrom)
+	r := Result{Protocol: "socket", Operation: cfg.Op.String(), BlockSize: cfg.BlockSize, BatchSize: cfg.BatchSize, Threads: cfg.Threads, ElapsedS: elapsed.Seconds()}
+	var lat []time.Duration
+	for _, s := range stats {
+		if s.err != nil && ctx.Err() == nil {
+			return r, fmt.Errorf("transferbench: socket baseline: %w", s.err)
+		}
+		r.Batches += s.batches
+		lat = append(lat, s.lat...)
+	}
+	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
+	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
+	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
+	return r, ctx.Err()
+}
+
+// serveSocket answers Socket's requests on c until it fails or closes: an
+// 8-byte offset, then blockSize bytes read into target there, then an
+// 8-byte acknowledgement. An offset whose block does not fit target ends
+// the connection.
+func serveSocket(c net.Conn, target []byte, blockSize int) {
+	var hdr, ack [8]byte
+	for {
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		off := binary.LittleEndian.Uint64(hdr[:])
+		if off > uint64(len(target)) || uint64(len(target))-off < uint64(blockSize) {
+			return
+		}
+		if _, err := io.ReadFull(c, target[off:off+uint64(blockSize)]); err != nil {
+			return
+		}
+		if _, err := c.Write(ack[:]); err != nil {
+			return
+		}
+	}
 }
