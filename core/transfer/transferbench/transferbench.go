@@ -68,6 +68,29 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 	if local.Len() < BufferSize(cfg) {
 		return Result{}, fmt.Errorf("transferbench: local buffer %d bytes < %d needed", local.Len(), BufferSize(cfg))
 	}
+	return drive(ctx, cfg, func(t int) (func(window int) error, func(), error) {
+		reqs := make([]transfer.Request, cfg.BatchSize)
+		offs := make([]uint64, cfg.BatchSize) // each request's offset in the first window
+		for i := range reqs {
+			offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
+			reqs[i] = transfer.Request{Op: cfg.Op, Source: local.Addr() + offs[i], Target: target, TargetOffset: remoteBase + offs[i], Length: uint64(cfg.BlockSize)}
+		}
+		return func(window int) error {
+			for i := range reqs {
+				reqs[i].TargetOffset = remoteBase + uint64(window*BufferSize(cfg)) + offs[i]
+			}
+			return e.TransferSync(ctx, reqs)
+		}, func() {}, nil
+	})
+}
+
+// drive runs cfg.Threads threads for cfg.Warmup + cfg.Duration; thread t
+// gets its batch function (and what to release after) from start(t) and
+// calls it with the window index of each batch (0, 1, ... wrapping at
+// TargetSpan / BufferSize windows; always 0 without a span). Batches that
+// began after the warm-up count. Errors: the first thread's start or batch
+// error (the run stops there), wrapped as "transferbench: ..."; ctx's.
+func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) error, func(), error)) (Result, error) {
 	if cfg.Warmup == 0 {
 		cfg.Warmup = 500 * time.Millisecond
 	}
@@ -78,34 +101,26 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 	}
 	stats := make([]tstat, cfg.Threads)
 	var wg sync.WaitGroup
-	start := time.Now()
-	measureFrom := start.Add(cfg.Warmup)
+	measureFrom := time.Now().Add(cfg.Warmup)
 	end := measureFrom.Add(cfg.Duration)
-	for t := 0; t < cfg.Threads; t++ {
+	windows := max(cfg.TargetSpan/BufferSize(cfg), 1)
+	for t := range cfg.Threads {
 		wg.Add(1)
-		go func(t int) {
+		go func() {
 			defer wg.Done()
-			reqs := make([]transfer.Request, cfg.BatchSize)
-			offs := make([]uint64, cfg.BatchSize) // each request's offset in the first window
-			for i := range reqs {
-				offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
-				reqs[i] = transfer.Request{Op: cfg.Op, Source: local.Addr() + offs[i], Target: target, TargetOffset: remoteBase + offs[i], Length: uint64(cfg.BlockSize)}
-			}
-			window := 0 // of windows, the BufferSize-byte slices of TargetSpan
-			windows := max(cfg.TargetSpan/BufferSize(cfg), 1)
 			st := &stats[t]
-			for ctx.Err() == nil {
+			batch, done, err := start(t)
+			if err != nil {
+				st.err = err
+				return
+			}
+			defer done()
+			for window := 0; ctx.Err() == nil; window = (window + 1) % windows {
 				t0 := time.Now()
 				if t0.After(end) {
 					return
 				}
-				if windows > 1 {
-					for i := range reqs {
-						reqs[i].TargetOffset = remoteBase + uint64(window*BufferSize(cfg)) + offs[i]
-					}
-					window = (window + 1) % windows
-				}
-				if err := e.TransferSync(ctx, reqs); err != nil {
+				if err := batch(window); err != nil {
 					st.err = err
 					return
 				}
@@ -114,14 +129,14 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 					st.lat = append(st.lat, time.Since(t0))
 				}
 			}
-		}(t)
+		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
 	r := Result{Operation: cfg.Op.String(), BlockSize: cfg.BlockSize, BatchSize: cfg.BatchSize, Threads: cfg.Threads, ElapsedS: elapsed.Seconds()}
 	var lat []time.Duration
 	for _, s := range stats {
-		if s.err != nil {
+		if s.err != nil && ctx.Err() == nil {
 			return r, fmt.Errorf("transferbench: %w", s.err)
 		}
 		r.Batches += s.batches
@@ -194,9 +209,6 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Op != transfer.Write {
 		return Result{}, fmt.Errorf("unsupported: socket baseline of %s (it measures write only)", cfg.Op)
 	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = 500 * time.Millisecond
-	}
 	size := BufferSize(cfg)
 	span := max(cfg.TargetSpan, size)
 	target, err := memory.Map(span)
@@ -218,9 +230,8 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer ln.Close()
 	var served sync.WaitGroup
-	defer served.Wait()
+	defer func() { ln.Close(); served.Wait() }() // clients closed: no more Accepts add
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -236,79 +247,36 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}()
 
-	type tstat struct {
-		batches int64
-		lat     []time.Duration
-		err     error
-	}
-	stats := make([]tstat, cfg.Threads)
-	var wg sync.WaitGroup
-	start := time.Now()
-	measureFrom := start.Add(cfg.Warmup)
-	end := measureFrom.Add(cfg.Duration)
-	for t := range cfg.Threads {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st := &stats[t]
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				st.err = err
-				return
-			}
-			defer c.Close()
-			stop := context.AfterFunc(ctx, func() { c.Close() })
-			defer stop()
-			hdrs := make([]byte, 8*cfg.BatchSize)
-			offs := make([]uint64, cfg.BatchSize)
-			bufs := make(net.Buffers, 0, 2*cfg.BatchSize)
-			for i := range offs {
-				offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
-			}
-			acks := make([]byte, 8*cfg.BatchSize)
-			window, windows := 0, max(cfg.TargetSpan/size, 1)
-			for ctx.Err() == nil {
-				t0 := time.Now()
-				if t0.After(end) {
-					return
-				}
-				bufs = bufs[:0]
-				for i, off := range offs {
-					binary.LittleEndian.PutUint64(hdrs[8*i:], uint64(window*size)+off)
-					bufs = append(bufs, hdrs[8*i:8*i+8], src.Bytes()[off:off+uint64(cfg.BlockSize)])
-				}
-				window = (window + 1) % windows
-				if _, err := bufs.WriteTo(c); err != nil {
-					st.err = err
-					return
-				}
-				if _, err := io.ReadFull(c, acks); err != nil {
-					st.err = err
-					return
-				}
-				if t0.After(measureFrom) {
-					st.batches++
-					st.lat = append(st.lat, time.Since(t0))
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	ln.Close()
-	elapsed := time.Since(measureFrom)
-	r := Result{Protocol: "socket", Operation: cfg.Op.String(), BlockSize: cfg.BlockSize, BatchSize: cfg.BatchSize, Threads: cfg.Threads, ElapsedS: elapsed.Seconds()}
-	var lat []time.Duration
-	for _, s := range stats {
-		if s.err != nil && ctx.Err() == nil {
-			return r, fmt.Errorf("transferbench: socket baseline: %w", s.err)
+	r, err := drive(ctx, cfg, func(t int) (func(window int) error, func(), error) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return nil, nil, err
 		}
-		r.Batches += s.batches
-		lat = append(lat, s.lat...)
-	}
-	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
-	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
-	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
-	return r, ctx.Err()
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		hdrs := make([]byte, 8*cfg.BatchSize)
+		acks := make([]byte, 8*cfg.BatchSize)
+		offs := make([]uint64, cfg.BatchSize)
+		bufs := make(net.Buffers, 0, 2*cfg.BatchSize)
+		for i := range offs {
+			offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
+		}
+		return func(window int) error {
+			bufs = bufs[:0]
+			for i, off := range offs {
+				binary.LittleEndian.PutUint64(hdrs[8*i:], uint64(window*size)+off)
+				bufs = append(bufs, hdrs[8*i:8*i+8], src.Bytes()[off:off+uint64(cfg.BlockSize)])
+			}
+			if _, err := bufs.WriteTo(c); err != nil {
+				return fmt.Errorf("socket baseline: %w", err)
+			}
+			if _, err := io.ReadFull(c, acks); err != nil {
+				return fmt.Errorf("socket baseline: %w", err)
+			}
+			return nil
+		}, func() { stop(); c.Close() }, nil
+	})
+	r.Protocol = "socket"
+	return r, err
 }
 
 // serveSocket answers Socket's requests on c until it fails or closes: an
