@@ -22,7 +22,8 @@
 // transfer of the other) for the network
 // transport; on the target side a transport that supports DeviceTarget
 // (tcp) copies into or out of the device buffer through its own bounce
-// buffer, acknowledging a WRITE only once it landed. Within one engine
+// buffer (a WRITE's copies overlapping its receipt), acknowledging a WRITE
+// only once it landed. Within one engine
 // copies use the matching cudaMemcpy kind. For a peer on the same host
 // (equal HostID) whose device buffer carries an IPC token
 // (metadata.BufferDesc.IPCHandle), the engine maps the buffer once

@@ -18,6 +18,9 @@ import (
 // one engine (its local segment); dev-to-remote-host and
 // remote-host-to-dev move device memory of engine A to and from host
 // memory of engine B over tcp loopback (pinned staging slices); and
+// host-to-remote-dev and remote-dev-to-host move host memory of engine A
+// to and from device memory of engine B (B's tcp server copies through its
+// pinned bounce buffer, a WRITE's copies overlapping its reads); and
 // host-to-remote-host is the same tcp path between two host buffers, the
 // baseline the device<->remote-host figures compare with. Throughput is
 // the MB/s column (SetBytes). Skipped without a device.
@@ -37,7 +40,7 @@ func BenchmarkGPUTransfers(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	bb, err := transfer.New(ctx, transfer.Config{Name: "bench-b", Metadata: meta, Transport: tcp.New(tcp.Config{}), HostID: "host-b", RequestTimeout: time.Minute})
+	bb, err := transfer.New(ctx, transfer.Config{Name: "bench-b", Metadata: meta, Transport: tcp.New(tcp.Config{}), HostID: "host-b", CUDA: rt, RequestTimeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,6 +69,14 @@ func BenchmarkGPUTransfers(b *testing.B) {
 	if err := a.RegisterDeviceMemory(ctx, uint64(d.Addr), max, 0, true); err != nil {
 		b.Fatal(err)
 	}
+	d2, err := rt.Malloc(0, max)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rt.Free(d2)
+	if err := bb.RegisterDeviceMemory(ctx, uint64(d2.Addr), max, 0, true); err != nil {
+		b.Fatal(err)
+	}
 	seg, err := a.OpenSegment(ctx, "bench-b")
 	if err != nil {
 		b.Fatal(err)
@@ -81,6 +92,8 @@ func BenchmarkGPUTransfers(b *testing.B) {
 			{"d2h", transfer.Request{Op: transfer.Read, Source: ha.Addr(), Target: transfer.LocalSegment, TargetOffset: dev, Length: n}},
 			{"dev-to-remote-host", transfer.Request{Op: transfer.Write, Source: dev, Target: seg, TargetOffset: hb.Addr(), Length: n}},
 			{"remote-host-to-dev", transfer.Request{Op: transfer.Read, Source: dev, Target: seg, TargetOffset: hb.Addr(), Length: n}},
+			{"host-to-remote-dev", transfer.Request{Op: transfer.Write, Source: ha.Addr(), Target: seg, TargetOffset: uint64(d2.Addr), Length: n}},
+			{"remote-dev-to-host", transfer.Request{Op: transfer.Read, Source: ha.Addr(), Target: seg, TargetOffset: uint64(d2.Addr), Length: n}},
 			{"host-to-remote-host", transfer.Request{Op: transfer.Write, Source: ha.Addr(), Target: seg, TargetOffset: hb.Addr(), Length: n}},
 		} {
 			b.Run(fmt.Sprintf("%s/%dMiB", c.name, size>>20), func(b *testing.B) {

@@ -43,6 +43,7 @@ type sconn struct {
 	// read when the queue is sent, so a later WRITE into them must wait
 	// for that (see settle).
 	reads int
+	dev   devicePipe // device WRITEs' copies in flight behind the reads
 }
 
 func newSconn(c net.Conn) *sconn {
@@ -141,10 +142,12 @@ func serve(c net.Conn, target transfer.Target) {
 		tc.SetNoDelay(true)
 	}
 	s := newSconn(c)
-	defer s.flush()
+	defer func() {
+		_ = s.dev.wait() // the copy in flight lands (and is acknowledged) before its buffer goes
+		_ = s.flush()
+		s.dev.release() // device memory staging, allocated on first use
+	}()
 	dt, _ := target.(transfer.DeviceTarget)
-	var bounce *transfer.HostStaging // device memory staging, allocated on first use
-	defer func() { _ = bounce.Close() }()
 	for {
 		hdr, err := s.header()
 		if err != nil {
@@ -158,11 +161,16 @@ func serve(c net.Conn, target transfer.Target) {
 		buf, rerr := target.Resolve(addr, size)
 		if rerr != nil && dt != nil {
 			if dr, err := dt.ResolveDevice(addr, size); err == nil {
-				if !serveDevice(s, &bounce, dr, transfer.Opcode(op), v2) {
+				if !serveDevice(s, dr, transfer.Opcode(op), v2) {
 					return
 				}
 				continue
 			}
+		}
+		// Answers go out in request order: a device WRITE still copying
+		// is acknowledged before this request is answered.
+		if s.dev.wait() != nil {
+			return
 		}
 		switch transfer.Opcode(op) {
 		case transfer.Write:
@@ -222,44 +230,69 @@ func drain(s *sconn, size uint64) error {
 
 // serveDevice serves one request on the device range dr through the
 // connection's bounce buffer (deviceChunk bytes off the Go heap,
-// page-locked when the runtime can pin, made on the first device request). It returns false
-// when the connection must be dropped.
-func serveDevice(s *sconn, bounce **transfer.HostStaging, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
+// page-locked when the runtime can pin, made on the first device request).
+// A WRITE's payload is read in chunks into the buffer's two halves in
+// turn, and each chunk's copy to the device runs while the next chunk (of
+// this request or the next) is read (devicePipe); a READ, after the copy
+// in flight landed, is copied out and sent chunk by chunk. It returns
+// false when the connection must be dropped.
+func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
 	size := dr.Length
-	if *bounce == nil {
+	p := &s.dev
+	if op != transfer.Write && p.wait() != nil {
+		return false
+	}
+	if p.bounce == nil {
 		// deviceChunk at once: one pin per connection, whatever the
 		// sizes of its requests.
 		nb, err := dr.NewHostStaging(deviceChunk)
 		if err != nil { // no memory for staging: refuse the request
-			if !v2 || (op == transfer.Write && drain(s, size) != nil) {
+			if p.wait() != nil || !v2 || (op == transfer.Write && drain(s, size) != nil) {
 				return false
 			}
 			return s.ack(statusRej, size) == nil
 		}
-		*bounce = nb
+		p.bounce = nb
+		b := nb.Bytes()
+		p.halves = [2][]byte{b[: len(b)/2 : len(b)/2], b[len(b)/2:]}
 	}
-	b := (*bounce).Bytes()
 	switch op {
 	case transfer.Write:
-		var cerr error
+		var failed error // the first failed copy of this request's chunks
 		for off := uint64(0); off < size; {
-			n := min(size-off, uint64(len(b)))
-			if _, err := io.ReadFull(s, b[:n]); err != nil {
+			n := min(size-off, uint64(len(p.halves[p.half])))
+			chunk := p.halves[p.half][:n]
+			if _, err := io.ReadFull(s, chunk); err != nil {
 				return false
 			}
-			if cerr == nil {
-				cerr = dr.CopyIn(off, b[:n])
+			// The copy before this one ends first: copies land in
+			// order, and the half it reads is the one read into next.
+			if err := p.wait(); err != nil {
+				return false
 			}
+			if failed == nil {
+				failed = p.failed
+			}
+			p.failed = nil
+			last := off+n == size
+			switch {
+			case failed == nil:
+				if p.start(s, dr, off, chunk, last, size, v2) != nil {
+					return false
+				}
+			case last && !v2:
+				return false // v1 has no refusal: drop the connection
+			case last:
+				if s.ack(statusRej, size) != nil {
+					return false
+				}
+			}
+			p.half ^= 1
 			off += n
 		}
-		if !v2 {
-			return cerr == nil
-		}
-		if cerr != nil {
-			return s.ack(statusRej, size) == nil
-		}
-		return s.ack(statusOK, size) == nil
+		return true
 	case transfer.Read:
+		b := p.bounce.Bytes()
 		n := min(size, uint64(len(b)))
 		if err := dr.CopyOut(b[:n], 0); err != nil {
 			return v2 && s.ack(statusRej, size) == nil
@@ -285,4 +318,88 @@ func serveDevice(s *sconn, bounce **transfer.HostStaging, dr transfer.DeviceRang
 		return true
 	}
 	return false // unknown opcode: protocol error
+}
+
+// devicePipe is a connection's host-to-device copy in flight: at most one,
+// so copies land in request order, running on its own goroutine while the
+// connection reads on. When it is a v2 request's last chunk, that
+// goroutine writes the request's status frame itself once the copy landed
+// (OK, or refused when a copy failed), so a COMPLETED device WRITE is on
+// the device as with host memory, and the peer gets it even while the
+// connection's reader waits for more input. Answers keep request order:
+// start sends the queued output first, and the connection waits for the
+// copy (wait) before it answers anything else. Belongs to the
+// connection's goroutine, but for the copy's own.
+type devicePipe struct {
+	bounce *transfer.HostStaging
+	halves [2][]byte // the bounce buffer's two halves, chunks read in turn
+	half   int       // the half the next chunk is read into
+	done   chan copyResult
+	// last, v1: the copy in flight is a request's last chunk, of a v1
+	// request (no status frames).
+	last, v1 bool
+	// failed is the error of a landed copy of a request still being read
+	// (a chunk before its last); serveDevice takes it.
+	failed error
+}
+
+// copyResult is how a device copy ended: the copy's error, and the error
+// of writing its request's status frame.
+type copyResult struct{ copyErr, sendErr error }
+
+// start sends the queued output, then copies chunk to dr at off on a new
+// goroutine; last marks the request's last chunk (size bytes in all,
+// protocol v2 or not). Errors: the send's.
+func (p *devicePipe) start(s *sconn, dr transfer.DeviceRange, off uint64, chunk []byte, last bool, size uint64, v2 bool) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
+	done := make(chan copyResult, 1)
+	p.done, p.last, p.v1 = done, last, !v2
+	go func() {
+		var r copyResult
+		r.copyErr = dr.CopyIn(off, chunk)
+		if last && v2 {
+			code := uint64(statusOK)
+			if r.copyErr != nil {
+				code = statusRej
+			}
+			var frame [statusLen]byte
+			binary.LittleEndian.PutUint64(frame[:], statusMagic|code)
+			_, r.sendErr = s.c.Write(frame[:])
+		}
+		done <- r
+	}()
+	return nil
+}
+
+// wait waits for the copy in flight, if any. A failed copy of a chunk
+// before a request's last is kept in p.failed for the request being read.
+// Errors: the connection must be dropped (the status frame could not be
+// sent, or a v1 request's last copy failed: v1 has no refusal).
+func (p *devicePipe) wait() error {
+	if p.done == nil {
+		return nil
+	}
+	r := <-p.done
+	p.done = nil
+	switch {
+	case r.sendErr != nil:
+		return r.sendErr
+	case !p.last:
+		if p.failed == nil {
+			p.failed = r.copyErr
+		}
+	case p.v1 && r.copyErr != nil:
+		return r.copyErr
+	}
+	return nil
+}
+
+// release frees the bounce buffer; no copy may be in flight.
+func (p *devicePipe) release() {
+	if p.bounce != nil {
+		_ = p.bounce.Close()
+		p.bounce = nil
+	}
 }

@@ -16,13 +16,16 @@
 // range is one of its device buffers, the server moves the bytes through a
 // per-connection host bounce buffer (deviceChunk bytes, off the Go heap,
 // page-locked when the runtime can pin, made on first use): a WRITE's
-// payload is received chunk by chunk and copied host to device, and
-// acknowledged only after the last copy landed; a READ is copied device to
-// host chunk by chunk and sent. A failed copy rejects the request (a READ
-// whose first chunk already went out drops the connection instead), as
-// does a bounce buffer that cannot be allocated. Host ranges never take
-// this path. The copies of one connection do not overlap its network
-// reads and writes.
+// payload is received in chunks into the buffer's two halves in turn, each
+// chunk's host-to-device copy running while the next chunk (of the same
+// request or the next one) is received, one copy at a time so they land in
+// request order; the WRITE is acknowledged only after its last copy landed
+// (by the copy's goroutine, so the peer gets it while the connection waits
+// for input), and before anything after it is answered. A READ is copied
+// device to host chunk by chunk and sent, after any copy in flight landed.
+// A failed copy rejects the request (a READ whose first chunk already went
+// out drops the connection instead, as does a v1 WRITE), as does a bounce
+// buffer that cannot be allocated. Host ranges never take this path.
 //
 // A request is cut into slices (SliceSize, default 64 KiB as upstream) that
 // are dealt over up to Stripe connections of a per-peer pool (opened
