@@ -169,6 +169,10 @@ type Client struct {
 
 	resv resvPool       // reservations held (reserve.go)
 	bg   sync.WaitGroup // reservation requests running in the background
+	// staged counts the scratch ranges of the local buffer in use (Put,
+	// Get and the copying batch calls hold one while they run): Close
+	// waits for them before it closes the engine and unmaps the buffer.
+	staged sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -438,8 +442,12 @@ func (c *Client) mountedText() string {
 }
 
 // Close unmounts the contributed segment (its objects vanish from the
-// pool), stops the heartbeat and releases everything. Errors: the unmount
-// RPC's error (teardown still completes).
+// pool), stops the heartbeat and releases everything. Calls that copy
+// through the local buffer (Put, Get, the copying batch calls) still
+// running finish first (within their RPC and transfer timeouts); such
+// calls made after Close began fail with ILLEGAL_CLIENT. Errors: the
+// unmount RPC's error (teardown still completes); transfer.ErrClosed for a
+// second Close.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.mu.closed {
@@ -448,6 +456,7 @@ func (c *Client) Close() error {
 	}
 	c.mu.closed = true
 	c.mu.Unlock()
+	c.staged.Wait() // calls staging through the local buffer finish first
 	c.bg.Wait()
 	c.releaseReservations()
 	close(c.stop)

@@ -542,13 +542,23 @@ func (c *Client) Remove(ctx context.Context, key string, force bool) error {
 	return statusErr(resp.Results[0])
 }
 
-// scratch reserves n bytes of the local buffer; release returns them.
+// scratch reserves n bytes of the local buffer; release (call it once)
+// returns them. Close waits for every range to be released before it
+// unmaps the buffer. Errors: ILLEGAL_CLIENT once Close began;
+// BUFFER_OVERFLOW without a local buffer or room in it.
 func (c *Client) scratch(n int) ([]byte, func(), error) {
 	if c.local == nil {
 		return nil, nil, store.Errorf(store.BufferOverflow, "client has no local buffer (local_buffer_size = 0)")
 	}
 	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return nil, nil, store.Errorf(store.IllegalClient, "store client is closed")
+	}
 	off, err := c.mu.scratch.Alloc(uint64(n), 64)
+	if err == nil {
+		c.staged.Add(1)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, store.Errorf(store.BufferOverflow, "%d bytes do not fit the %d-byte local buffer now: %v", n, c.local.Len(), err)
@@ -557,6 +567,7 @@ func (c *Client) scratch(n int) ([]byte, func(), error) {
 		c.mu.Lock()
 		_ = c.mu.scratch.Free(off)
 		c.mu.Unlock()
+		c.staged.Done()
 	}
 	return c.local.Bytes()[off : off+uint64(n)], release, nil
 }
