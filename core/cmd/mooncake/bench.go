@@ -74,10 +74,17 @@ func benchTransferCmd() *cobra.Command {
 				}
 				cfg.TargetSpan = int(sp)
 			}
+			if err := transferbench.CheckSize(cfg); err != nil {
+				return usageOf("bench transfer", "%v", err)
+			}
 			size := transferbench.BufferSize(cfg)
 			targetSize := max(size, cfg.TargetSpan)
 			if avail := availableMemory(); avail > 0 && int64(targetSize) > avail/4 {
-				return usageOf("bench transfer", "block_size x batch_size x threads = %s per engine exceeds a quarter of the available memory (%s)", geometry.FormatSize(int64(size)), geometry.FormatSize(avail))
+				what := fmt.Sprintf("block_size x batch_size x threads = %s per engine", geometry.FormatSize(int64(size)))
+				if cfg.TargetSpan > size {
+					what = fmt.Sprintf("--target_span %s", geometry.FormatSize(int64(cfg.TargetSpan)))
+				}
+				return usageOf("bench transfer", "%s exceeds a quarter of the available memory (%s)", what, geometry.FormatSize(avail))
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -64,3 +64,41 @@ func TestSocket(t *testing.T) {
 	_, err = Socket(context.Background(), cfg)
 	assert.ErrorContains(t, err, "must be > 0")
 }
+
+// TestSocketLargeBatch: a batch whose acknowledgements exceed the sockets'
+// buffers (16 Ki requests, 128 KiB of acks, buffers of 16 KiB) completes:
+// the acks are read while the batch is written.
+func TestSocketLargeBatch(t *testing.T) {
+	testSockBuf = 16 << 10
+	t.Cleanup(func() { testSockBuf = 0 })
+	cfg := Config{Op: transfer.Write, BlockSize: 8, BatchSize: 16 << 10, Threads: 1, Duration: 300 * time.Millisecond, Warmup: time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Socket(context.Background(), cfg)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			assert.ErrorContains(t, err, "no batch began") // a slow machine: still not a hang
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("a large batch hung")
+	}
+}
+
+func TestCheckSize(t *testing.T) {
+	ok := Config{Op: transfer.Write, BlockSize: 1 << 20, BatchSize: 128, Threads: 4, Duration: time.Second, TargetSpan: 1 << 30}
+	require.NoError(t, CheckSize(ok))
+	for _, c := range []Config{
+		{BlockSize: 1 << 44, BatchSize: 1 << 20, Threads: 1, Duration: time.Second}, // overflows int64 when multiplied
+		{BlockSize: 1 << 40, BatchSize: 1 << 10, Threads: 1 << 10, Duration: time.Second},
+		{BlockSize: 1, BatchSize: 1, Threads: 1, Duration: time.Second, TargetSpan: 1 << 51},
+		{BlockSize: 1, BatchSize: 1, Threads: 1, Duration: time.Second, TargetSpan: -1},
+		{BlockSize: 0, BatchSize: 1, Threads: 1, Duration: time.Second},
+	} {
+		assert.Error(t, CheckSize(c), "%+v", c)
+	}
+	_, err := Socket(context.Background(), Config{Op: transfer.Write, BlockSize: 1 << 44, BatchSize: 1 << 20, Threads: 1, Duration: time.Second})
+	assert.ErrorContains(t, err, "exceeds")
+}

@@ -8,6 +8,7 @@
 package transferbench
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -54,16 +55,34 @@ type Result struct {
 	BatchP99  float64 `json:"batch_p99_ms"`
 }
 
-// BufferSize is the bytes each side registers for cfg.
+// BufferSize is the bytes each side registers for cfg (block x batch x
+// threads); check first with CheckSize, which refuses a product that
+// overflows.
 func BufferSize(cfg Config) int { return cfg.BlockSize * cfg.BatchSize * cfg.Threads }
+
+// maxBuffer bounds BufferSize and TargetSpan, in bytes (1 PiB: far above
+// any memory here, far below overflow).
+const maxBuffer = 1 << 50
+
+// CheckSize refuses a config whose sizes are not all positive, or whose
+// block x batch x threads or target span exceeds 1 PiB (or overflows).
+func CheckSize(cfg Config) error {
+	if cfg.BlockSize <= 0 || cfg.BatchSize <= 0 || cfg.Threads <= 0 || cfg.Duration <= 0 || cfg.TargetSpan < 0 {
+		return fmt.Errorf("transferbench: block size, batch size, threads and duration must be > 0 (got %d, %d, %d, %v), the target span >= 0 (got %d)", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.Duration, cfg.TargetSpan)
+	}
+	if cfg.BlockSize > maxBuffer/cfg.BatchSize || cfg.BlockSize*cfg.BatchSize > maxBuffer/cfg.Threads || cfg.TargetSpan > maxBuffer {
+		return fmt.Errorf("transferbench: block size %d x batch size %d x threads %d (or target span %d) exceeds %d bytes", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.TargetSpan, maxBuffer)
+	}
+	return nil
+}
 
 // Run drives the initiator engine e against segment target whose buffer
 // starts at remoteBase; local is e's registered buffer (BufferSize bytes).
 // Errors: a bad config; the first failed request (as upstream, any failure
 // aborts the run).
 func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, local *memory.Region, remoteBase uint64, cfg Config) (Result, error) {
-	if cfg.BlockSize <= 0 || cfg.BatchSize <= 0 || cfg.Threads <= 0 || cfg.Duration <= 0 {
-		return Result{}, fmt.Errorf("transferbench: block size, batch size, threads and duration must be > 0 (got %d, %d, %d, %v)", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.Duration)
+	if err := CheckSize(cfg); err != nil {
+		return Result{}, err
 	}
 	if local.Len() < BufferSize(cfg) {
 		return Result{}, fmt.Errorf("transferbench: local buffer %d bytes < %d needed", local.Len(), BufferSize(cfg))
@@ -89,7 +108,8 @@ func Run(ctx context.Context, e *transfer.Engine, target transfer.SegmentID, loc
 // calls it with the window index of each batch (0, 1, ... wrapping at
 // TargetSpan / BufferSize windows; always 0 without a span). Batches that
 // began after the warm-up count. Errors: the first thread's start or batch
-// error (the run stops there), wrapped as "transferbench: ..."; ctx's.
+// error (the run stops there), wrapped as "transferbench: ..."; no batch
+// began in the measured window; ctx's.
 func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) error, func(), error)) (Result, error) {
 	if cfg.Warmup == 0 {
 		cfg.Warmup = 500 * time.Millisecond
@@ -145,6 +165,9 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
 	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
 	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
+	if r.Batches == 0 && ctx.Err() == nil {
+		return r, fmt.Errorf("transferbench: no batch began in the measured %v after the %v warm-up (the run took %.1f s): nothing measured; raise the duration or lower the batch size", cfg.Duration, cfg.Warmup, elapsed.Seconds()+cfg.Warmup.Seconds())
+	}
 	return r, ctx.Err()
 }
 
@@ -193,7 +216,8 @@ func Memcpy(blockSize, total int, d time.Duration) (float64, error) {
 // Run drives, with no transfer engine: each of cfg.Threads threads owns one
 // TCP connection to a server in this process and loops "send BatchSize
 // requests (an 8-byte little-endian target offset, then BlockSize bytes, in
-// one vectored write), then read BatchSize 8-byte acknowledgements"; the
+// one vectored write) while reading their BatchSize 8-byte
+// acknowledgements"; the
 // server reads each payload straight into its target buffer (BufferSize or
 // TargetSpan bytes, off the Go heap, faulted in before the run) at that
 // offset, then acknowledges.
@@ -203,8 +227,8 @@ func Memcpy(blockSize, total int, d time.Duration) (float64, error) {
 // transfer` over tcp, so that its figure reads as a share of what the
 // sockets themselves can do on this host.
 func Socket(ctx context.Context, cfg Config) (Result, error) {
-	if cfg.BlockSize <= 0 || cfg.BatchSize <= 0 || cfg.Threads <= 0 || cfg.Duration <= 0 {
-		return Result{}, fmt.Errorf("transferbench: block size, batch size, threads and duration must be > 0 (got %d, %d, %d, %v)", cfg.BlockSize, cfg.BatchSize, cfg.Threads, cfg.Duration)
+	if err := CheckSize(cfg); err != nil {
+		return Result{}, err
 	}
 	if cfg.Op != transfer.Write {
 		return Result{}, fmt.Errorf("unsupported: socket baseline of %s (it measures write only)", cfg.Op)
@@ -230,15 +254,21 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	// The accept loop adds each connection's server to served; served is
+	// waited for only once the loop returned (after the listener closed),
+	// so no Add races the Wait.
 	var served sync.WaitGroup
-	defer func() { ln.Close(); served.Wait() }() // clients closed: no more Accepts add
+	accepting := make(chan struct{})
+	defer func() { ln.Close(); <-accepting; served.Wait() }()
 	go func() {
+		defer close(accepting)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
 			served.Add(1)
+			shrink(c)
 			go func() {
 				defer served.Done()
 				defer c.Close()
@@ -252,6 +282,7 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		shrink(c)
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		hdrs := make([]byte, 8*cfg.BatchSize)
 		acks := make([]byte, 8*cfg.BatchSize)
@@ -266,10 +297,19 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 				binary.LittleEndian.PutUint64(hdrs[8*i:], uint64(window*size)+off)
 				bufs = append(bufs, hdrs[8*i:8*i+8], src.Bytes()[off:off+uint64(cfg.BlockSize)])
 			}
-			if _, err := bufs.WriteTo(c); err != nil {
-				return fmt.Errorf("socket baseline: %w", err)
+			// The acknowledgements are read while the batch is written: a
+			// large batch's acks would otherwise fill both sockets'
+			// buffers while the server waits to send them.
+			acked := make(chan error, 1)
+			go func() {
+				_, err := io.ReadFull(c, acks)
+				acked <- err
+			}()
+			_, werr := bufs.WriteTo(c)
+			if werr != nil {
+				c.Close() // ends the ack reader too
 			}
-			if _, err := io.ReadFull(c, acks); err != nil {
+			if err := cmp.Or(werr, <-acked); err != nil {
 				return fmt.Errorf("socket baseline: %w", err)
 			}
 			return nil
@@ -277,6 +317,18 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 	})
 	r.Protocol = "socket"
 	return r, err
+}
+
+// testSockBuf, when > 0, is the kernel buffer size (bytes, each
+// direction) Socket's connections ask for: tests make it small so that a
+// batch's acknowledgements exceed what the sockets hold.
+var testSockBuf int
+
+func shrink(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok && testSockBuf > 0 {
+		_ = tc.SetReadBuffer(testSockBuf)
+		_ = tc.SetWriteBuffer(testSockBuf)
+	}
 }
 
 // serveSocket answers Socket's requests on c until it fails or closes: an
