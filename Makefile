@@ -248,7 +248,7 @@ deps:
 		fi; \
 	fi
 
-test: deps vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine test-trtllm
+test: deps vet build-nocgo test-rdma test-abi test-compat test-upstream-store test-vllm test-compat-engine test-upstream-engine test-trtllm test-gpu-stand-in
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz-short
 	$(MAKE) test-vllm-engine
@@ -282,9 +282,24 @@ gpu-check:
 	./scripts/gpu-check.sh build
 
 # Its run half against the stand-in libcudart (no GPU needed).
-gpu-check-fake: gpu-check
-	cc -shared -fPIC -O1 -o build/libfakecudart.so core/transfer/cuda/testdata/fakecudart.c
+gpu-check-fake: gpu-check build/libfakecudart.so
 	MC_CUDART_PATH=$(CURDIR)/build/libfakecudart.so build/gpu-check/run.sh
+
+build/libfakecudart.so: core/transfer/cuda/testdata/fakecudart.c
+	@mkdir -p build
+	cc -shared -fPIC -O1 -o $@ $<
+
+# The GPU tests (TestGPU*: the CUDA bindings, two engines over tcp and
+# same-host IPC, IPC across processes, the vLLM worker with device KV
+# caches) through the real purego bindings against the stand-in libcudart,
+# with -race, in make test; a skipped one fails the step (the library did
+# not load).
+.PHONY: test-gpu-stand-in
+test-gpu-stand-in: build/libfakecudart.so
+	@out=$$(MC_CUDART_PATH=$(CURDIR)/build/libfakecudart.so $(GO) test -race -count=1 -v -run '^TestGPU' ./core/transfer/cuda/ ./vllm/ 2>&1); rc=$$?; \
+		echo "$$out" | grep -E '^(--- |ok|FAIL)'; \
+		if echo "$$out" | grep -q -- '--- SKIP'; then echo "test-gpu-stand-in: a GPU test skipped against the stand-in libcudart:"; echo "$$out" | grep -A3 -- '--- SKIP'; exit 1; fi; \
+		exit $$rc
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./core/...

@@ -7,7 +7,9 @@
 # "gpu-check: PASS" or "gpu-check: FAIL" (also when any GPU test was
 # skipped, even if others passed: on a GPU host a skip means the runtime
 # or the device was not found). Needs only the NVIDIA driver
-# (libcuda.so.1); every binary is bounded by a timeout (total < 5 min).
+# (libcuda.so.1); every binary is bounded by a timeout (150 s for each
+# test binary, 120 s for the benchmark: at most 7 minutes if one hangs; a
+# normal run takes well under 5).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -24,9 +24,13 @@ type gatedGPU struct {
 	base uint64
 	mem  []byte
 	hook func(i int, off uint64, n int) error // i counts copies from 0
+	// dtohHook, if set, runs first in each device-to-host copy (i counts
+	// them from 0).
+	dtohHook func(i int, off uint64, n int)
 
 	mu   sync.Mutex
 	n    int
+	dn   int
 	offs []uint64
 }
 
@@ -58,6 +62,13 @@ func (g *gatedGPU) bytes(off, n int) []byte {
 }
 
 func (g *gatedGPU) CopyDtoH(_ int, dst []byte, src uint64) error {
+	g.mu.Lock()
+	i := g.dn
+	g.dn++
+	g.mu.Unlock()
+	if g.dtohHook != nil {
+		g.dtohHook(i, src-g.base, len(dst))
+	}
 	g.mu.Lock()
 	copy(dst, g.mem[src-g.base:])
 	g.mu.Unlock()
@@ -206,6 +217,46 @@ func TestDeviceWriteFailedChunk(t *testing.T) {
 	g.mu.Unlock()
 	assert.True(t, bytes.Equal(small, g.bytes(2<<20, len(small))))
 	assert.Equal(t, make([]byte, deviceChunk), g.bytes(0, deviceChunk), "nothing of the refused request landed")
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not return after the client's half-close")
+	}
+}
+
+// TestDeviceReadOverlapsSend: a device READ of two chunks copies the
+// second out while the first is still being sent (the client reads
+// nothing until that copy began; the first chunk, twice the server's
+// send buffer, cannot leave before), and the answer is the device's bytes.
+// Copying out only after each send, the second copy never begins (the
+// test fails at its deadline).
+func TestDeviceReadOverlapsSend(t *testing.T) {
+	g := &gatedGPU{base: 1 << 40, mem: seeded(2<<20, 5)}
+	second := make(chan struct{})
+	var once sync.Once
+	g.dtohHook = func(i int, off uint64, n int) {
+		if i == 1 {
+			once.Do(func() { close(second) })
+		}
+	}
+	cli, done := deviceServer(t, g)
+	h := make([]byte, headerLen)
+	binary.LittleEndian.PutUint64(h[0:], deviceChunk)
+	binary.LittleEndian.PutUint64(h[8:], g.base)
+	h[16] = byte(transfer.Read) | protoV2
+	_, err := cli.Write(h)
+	require.NoError(t, err)
+	select {
+	case <-second:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second chunk was not copied out while the first was being sent")
+	}
+	assert.Equal(t, []uint64{statusOK}, readAcks(t, cli, 1))
+	got := make([]byte, deviceChunk)
+	_, err = io.ReadFull(cli, got)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(g.bytes(0, deviceChunk), got), "the READ's bytes are the device's")
+	require.NoError(t, cli.CloseWrite())
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):

@@ -234,8 +234,9 @@ func drain(s *sconn, size uint64) error {
 // A WRITE's payload is read in chunks into the buffer's two halves in
 // turn, and each chunk's copy to the device runs while the next chunk (of
 // this request or the next) is read (devicePipe); a READ, after the copy
-// in flight landed, is copied out and sent chunk by chunk. It returns
-// false when the connection must be dropped.
+// in flight landed, is copied out chunk by chunk into the halves in turn,
+// each chunk sent while the next is copied out. It returns false when the
+// connection must be dropped.
 func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
 	size := dr.Length
 	p := &s.dev
@@ -292,30 +293,42 @@ func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool)
 		}
 		return true
 	case transfer.Read:
-		b := p.bounce.Bytes()
-		n := min(size, uint64(len(b)))
-		if err := dr.CopyOut(b[:n], 0); err != nil {
+		// The first chunk decides the status frame; then each chunk is
+		// sent while the next one is copied out into the other half.
+		cur := p.halves[0][:min(size, uint64(len(p.halves[0])))]
+		if err := dr.CopyOut(cur, 0); err != nil {
 			return v2 && s.ack(statusRej, size) == nil
 		}
-		if v2 {
-			if s.respondNow(b[:n]) != nil {
-				return false
+		for k, off := 0, uint64(0); ; k ^= 1 {
+			next := off + uint64(len(cur))
+			var copied chan error
+			var nextBuf []byte
+			if next < size {
+				nextBuf = p.halves[k^1][:min(size-next, uint64(len(p.halves[k^1])))]
+				copied = make(chan error, 1)
+				go func() { copied <- dr.CopyOut(nextBuf, next) }()
 			}
-		} else if s.flush() != nil {
-			return false
-		} else if _, err := s.c.Write(b[:n]); err != nil {
-			return false
+			var err error
+			switch {
+			case off > 0:
+				_, err = s.c.Write(cur)
+			case v2:
+				err = s.respondNow(cur)
+			default:
+				if err = s.flush(); err == nil {
+					_, err = s.c.Write(cur)
+				}
+			}
+			if copied == nil {
+				return err == nil
+			}
+			// The next copy ends before anything returns: the bounce
+			// buffer outlives it.
+			if cerr := <-copied; err != nil || cerr != nil {
+				return false // part of the response may be out: only dropping the connection tells the peer
+			}
+			cur, off = nextBuf, next
 		}
-		for off := n; off < size; off += n {
-			n = min(size-off, uint64(len(b)))
-			if dr.CopyOut(b[:n], off) != nil {
-				return false // part of the response is out: only dropping the connection tells the peer
-			}
-			if _, err := s.c.Write(b[:n]); err != nil {
-				return false
-			}
-		}
-		return true
 	}
 	return false // unknown opcode: protocol error
 }

@@ -21,8 +21,9 @@
 // request or the next one) is received, one copy at a time so they land in
 // request order; the WRITE is acknowledged only after its last copy landed
 // (by the copy's goroutine, so the peer gets it while the connection waits
-// for input), and before anything after it is answered. A READ is copied
-// device to host chunk by chunk and sent, after any copy in flight landed.
+// for input), and before anything after it is answered. A READ, after any
+// copy in flight landed, is copied device to host into the halves in turn,
+// each chunk sent while the next is copied out.
 // A failed copy rejects the request (a READ whose first chunk already went
 // out drops the connection instead, as does a v1 WRITE), as does a bounce
 // buffer that cannot be allocated. Host ranges never take this path.
