@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -143,7 +144,7 @@ func serve(c net.Conn, target transfer.Target) {
 	}
 	s := newSconn(c)
 	defer func() {
-		_ = s.dev.wait() // the copy in flight lands (and is acknowledged) before its buffer goes
+		_, _ = s.dev.wait() // the copy in flight lands (and is acknowledged) before its buffer goes
 		_ = s.flush()
 		s.dev.release() // device memory staging, allocated on first use
 	}()
@@ -169,7 +170,7 @@ func serve(c net.Conn, target transfer.Target) {
 		}
 		// Answers go out in request order: a device WRITE still copying
 		// is acknowledged before this request is answered.
-		if s.dev.wait() != nil {
+		if _, err := s.dev.wait(); err != nil {
 			return
 		}
 		switch transfer.Opcode(op) {
@@ -230,55 +231,45 @@ func drain(s *sconn, size uint64) error {
 
 // serveDevice serves one request on the device range dr through the
 // connection's bounce buffer (deviceChunk bytes off the Go heap,
-// page-locked when the runtime can pin, made on the first device request).
-// A WRITE's payload is read in chunks into the buffer's two halves in
-// turn, and each chunk's copy to the device runs while the next chunk (of
-// this request or the next) is read (devicePipe); a READ, after the copy
-// in flight landed, is copied out chunk by chunk into the halves in turn,
-// each chunk sent while the next is copied out. It returns false when the
-// connection must be dropped.
+// page-locked when the runtime can pin, made on the first device request,
+// with the connection's copier; devicePipe). A WRITE's payload is read in
+// chunks into the buffer's two halves in turn, each chunk's copy to the
+// device running while the next chunk (of this request or the next) is
+// read; a READ, after the copy in flight landed, is copied out chunk by
+// chunk into the halves in turn, each chunk sent while the next is copied
+// out. It returns false when the connection must be dropped.
 func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool) bool {
 	size := dr.Length
 	p := &s.dev
-	if op != transfer.Write && p.wait() != nil {
-		return false
-	}
 	if p.bounce == nil {
 		// deviceChunk at once: one pin per connection, whatever the
 		// sizes of its requests.
-		nb, err := dr.NewHostStaging(deviceChunk)
-		if err != nil { // no memory for staging: refuse the request
-			if p.wait() != nil || !v2 || (op == transfer.Write && drain(s, size) != nil) {
+		if err := p.setup(s, dr); err != nil { // no memory for staging: refuse the request
+			if !v2 || (op == transfer.Write && drain(s, size) != nil) {
 				return false
 			}
 			return s.ack(statusRej, size) == nil
 		}
-		p.bounce = nb
-		b := nb.Bytes()
-		p.halves = [2][]byte{b[: len(b)/2 : len(b)/2], b[len(b)/2:]}
 	}
 	switch op {
 	case transfer.Write:
 		var failed error // the first failed copy of this request's chunks
 		for off := uint64(0); off < size; {
-			n := min(size-off, uint64(len(p.halves[p.half])))
-			chunk := p.halves[p.half][:n]
+			chunk := p.halves[p.half][:min(size-off, uint64(len(p.halves[p.half])))]
 			if _, err := io.ReadFull(s, chunk); err != nil {
 				return false
 			}
 			// The copy before this one ends first: copies land in
 			// order, and the half it reads is the one read into next.
-			if err := p.wait(); err != nil {
+			cerr, err := p.wait()
+			if err != nil {
 				return false
 			}
-			if failed == nil {
-				failed = p.failed
-			}
-			p.failed = nil
-			last := off+n == size
+			failed = cmp.Or(failed, cerr)
+			last := off+uint64(len(chunk)) == size
 			switch {
 			case failed == nil:
-				if p.start(s, dr, off, chunk, last, size, v2) != nil {
+				if p.copyIn(s, dr, off, chunk, last, v2) != nil {
 					return false
 				}
 			case last && !v2:
@@ -289,10 +280,13 @@ func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool)
 				}
 			}
 			p.half ^= 1
-			off += n
+			off += uint64(len(chunk))
 		}
 		return true
 	case transfer.Read:
+		if _, err := p.wait(); err != nil {
+			return false
+		}
 		// The first chunk decides the status frame; then each chunk is
 		// sent while the next one is copied out into the other half.
 		cur := p.halves[0][:min(size, uint64(len(p.halves[0])))]
@@ -301,12 +295,10 @@ func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool)
 		}
 		for k, off := 0, uint64(0); ; k ^= 1 {
 			next := off + uint64(len(cur))
-			var copied chan error
 			var nextBuf []byte
 			if next < size {
 				nextBuf = p.halves[k^1][:min(size-next, uint64(len(p.halves[k^1])))]
-				copied = make(chan error, 1)
-				go func() { copied <- dr.CopyOut(nextBuf, next) }()
+				p.copyOut(dr, next, nextBuf)
 			}
 			var err error
 			switch {
@@ -319,12 +311,12 @@ func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool)
 					_, err = s.c.Write(cur)
 				}
 			}
-			if copied == nil {
+			if nextBuf == nil {
 				return err == nil
 			}
 			// The next copy ends before anything returns: the bounce
 			// buffer outlives it.
-			if cerr := <-copied; err != nil || cerr != nil {
+			if cerr, _ := p.wait(); err != nil || cerr != nil {
 				return false // part of the response may be out: only dropping the connection tells the peer
 			}
 			cur, off = nextBuf, next
@@ -333,85 +325,117 @@ func serveDevice(s *sconn, dr transfer.DeviceRange, op transfer.Opcode, v2 bool)
 	return false // unknown opcode: protocol error
 }
 
-// devicePipe is a connection's host-to-device copy in flight: at most one,
-// so copies land in request order, running on its own goroutine while the
-// connection reads on. When it is a v2 request's last chunk, that
-// goroutine writes the request's status frame itself once the copy landed
-// (OK, or refused when a copy failed), so a COMPLETED device WRITE is on
-// the device as with host memory, and the peer gets it even while the
-// connection's reader waits for more input. Answers keep request order:
-// start sends the queued output first, and the connection waits for the
-// copy (wait) before it answers anything else. Belongs to the
-// connection's goroutine, but for the copy's own.
+// devicePipe is a connection's device staging: the bounce buffer and one
+// copier goroutine, made together on the connection's first device
+// request and ended by release. At most one copy is in flight, so copies
+// land in request order, while the connection reads or sends on. A
+// WRITE's copy of a v2 request's last chunk writes the request's status
+// frame itself once it landed (OK, or refused when the copy failed), so a
+// COMPLETED device WRITE is on the device as with host memory, and the
+// peer gets it even while the connection's reader waits for more input.
+// Answers keep request order: a copy starts after the queued output was
+// sent, and the connection waits for it (wait) before it answers anything
+// else. Belongs to the connection's goroutine.
 type devicePipe struct {
 	bounce *transfer.HostStaging
 	halves [2][]byte // the bounce buffer's two halves, chunks read in turn
-	half   int       // the half the next chunk is read into
-	done   chan copyResult
-	// last, v1: the copy in flight is a request's last chunk, of a v1
-	// request (no status frames).
-	last, v1 bool
-	// failed is the error of a landed copy of a request still being read
-	// (a chunk before its last); serveDevice takes it.
-	failed error
+	half   int       // the half the next WRITE chunk is read into
+	jobs   chan devCopy
+	done   chan devCopy // the job back, its errors set
+	busy   bool         // a job is in flight
 }
 
-// copyResult is how a device copy ended: the copy's error, and the error
-// of writing its request's status frame.
-type copyResult struct{ copyErr, sendErr error }
+// devCopy is one copy for the copier: in (host to device, a WRITE's chunk)
+// or out; frame asks a status frame after it (a v2 WRITE's last chunk);
+// last and v1 describe the WRITE's chunk for wait. The copier returns it
+// with copyErr and sendErr (the status frame's write) set.
+type devCopy struct {
+	dr               transfer.DeviceRange
+	off              uint64
+	buf              []byte
+	in, frame        bool
+	last, v1         bool
+	copyErr, sendErr error
+}
 
-// start sends the queued output, then copies chunk to dr at off on a new
-// goroutine; last marks the request's last chunk (size bytes in all,
-// protocol v2 or not). Errors: the send's.
-func (p *devicePipe) start(s *sconn, dr transfer.DeviceRange, off uint64, chunk []byte, last bool, size uint64, v2 bool) error {
-	if err := s.flush(); err != nil {
+// setup makes the bounce buffer (pinned through dr's runtime when it can
+// pin) and starts the copier. Errors: the buffer's allocation.
+func (p *devicePipe) setup(s *sconn, dr transfer.DeviceRange) error {
+	nb, err := dr.NewHostStaging(deviceChunk)
+	if err != nil {
 		return err
 	}
-	done := make(chan copyResult, 1)
-	p.done, p.last, p.v1 = done, last, !v2
+	b := nb.Bytes()
+	p.bounce, p.halves = nb, [2][]byte{b[: len(b)/2 : len(b)/2], b[len(b)/2:]}
+	p.jobs, p.done = make(chan devCopy), make(chan devCopy, 1)
 	go func() {
-		var r copyResult
-		r.copyErr = dr.CopyIn(off, chunk)
-		if last && v2 {
-			code := uint64(statusOK)
-			if r.copyErr != nil {
-				code = statusRej
+		for j := range p.jobs {
+			if j.in {
+				j.copyErr = j.dr.CopyIn(j.off, j.buf)
+			} else {
+				j.copyErr = j.dr.CopyOut(j.buf, j.off)
 			}
-			var frame [statusLen]byte
-			binary.LittleEndian.PutUint64(frame[:], statusMagic|code)
-			_, r.sendErr = s.c.Write(frame[:])
+			if j.frame {
+				code := uint64(statusOK)
+				if j.copyErr != nil {
+					code = statusRej
+				}
+				var frame [statusLen]byte
+				binary.LittleEndian.PutUint64(frame[:], statusMagic|code)
+				_, j.sendErr = s.c.Write(frame[:])
+			}
+			p.done <- j
 		}
-		done <- r
 	}()
 	return nil
 }
 
-// wait waits for the copy in flight, if any. A failed copy of a chunk
-// before a request's last is kept in p.failed for the request being read.
-// Errors: the connection must be dropped (the status frame could not be
-// sent, or a v1 request's last copy failed: v1 has no refusal).
-func (p *devicePipe) wait() error {
-	if p.done == nil {
-		return nil
+// copyIn sends the queued output, then hands chunk (bytes [off, ...) of
+// dr; last marks a request's last chunk, v2 its protocol) to the copier.
+// Errors: the send's.
+func (p *devicePipe) copyIn(s *sconn, dr transfer.DeviceRange, off uint64, chunk []byte, last, v2 bool) error {
+	if err := s.flush(); err != nil {
+		return err
 	}
-	r := <-p.done
-	p.done = nil
-	switch {
-	case r.sendErr != nil:
-		return r.sendErr
-	case !p.last:
-		if p.failed == nil {
-			p.failed = r.copyErr
-		}
-	case p.v1 && r.copyErr != nil:
-		return r.copyErr
-	}
+	p.busy = true
+	p.jobs <- devCopy{dr: dr, off: off, buf: chunk, in: true, frame: last && v2, last: last, v1: !v2}
 	return nil
 }
 
-// release frees the bounce buffer; no copy may be in flight.
+// copyOut hands the copier a device-to-host copy of dr's bytes at off
+// into buf.
+func (p *devicePipe) copyOut(dr transfer.DeviceRange, off uint64, buf []byte) {
+	p.busy = true
+	p.jobs <- devCopy{dr: dr, off: off, buf: buf}
+}
+
+// wait waits for the copy in flight, if any, and returns the error of a
+// copy that its caller judges: a device-to-host copy's, or a WRITE chunk's
+// before the request's last (that request is still being read). Errors
+// (second): the connection must be dropped (the status frame could not be
+// sent, or a v1 request's last copy failed: v1 has no refusal).
+func (p *devicePipe) wait() (copyErr, err error) {
+	if !p.busy {
+		return nil, nil
+	}
+	j := <-p.done
+	p.busy = false
+	switch {
+	case j.sendErr != nil:
+		return nil, j.sendErr
+	case !j.in || !j.last:
+		return j.copyErr, nil
+	case j.v1 && j.copyErr != nil:
+		return nil, j.copyErr
+	}
+	return nil, nil
+}
+
+// release stops the copier and frees the bounce buffer; no copy may be in
+// flight.
 func (p *devicePipe) release() {
 	if p.bounce != nil {
+		close(p.jobs)
 		_ = p.bounce.Close()
 		p.bounce = nil
 	}
