@@ -285,35 +285,49 @@ func Socket(ctx context.Context, cfg Config) (Result, error) {
 		shrink(c)
 		stop := context.AfterFunc(ctx, func() { c.Close() })
 		hdrs := make([]byte, 8*cfg.BatchSize)
-		acks := make([]byte, 8*cfg.BatchSize)
 		offs := make([]uint64, cfg.BatchSize)
 		bufs := make(net.Buffers, 0, 2*cfg.BatchSize)
 		for i := range offs {
 			offs[i] = uint64(cfg.BlockSize) * uint64(i*cfg.Threads+t)
 		}
-		return func(window int) error {
+		// The connection's ack reader reads each batch's acknowledgements
+		// while the batch is written: a large batch's acks would otherwise
+		// fill both sockets' buffers while the server waits to send them.
+		want, acked, ended := make(chan struct{}), make(chan error), make(chan struct{})
+		go func() {
+			defer close(ended)
+			acks := make([]byte, 8*cfg.BatchSize)
+			for range want {
+				_, err := io.ReadFull(c, acks)
+				acked <- err
+				if err != nil {
+					return
+				}
+			}
+		}()
+		batch := func(window int) error {
 			bufs = bufs[:0]
 			for i, off := range offs {
 				binary.LittleEndian.PutUint64(hdrs[8*i:], uint64(window*size)+off)
 				bufs = append(bufs, hdrs[8*i:8*i+8], src.Bytes()[off:off+uint64(cfg.BlockSize)])
 			}
-			// The acknowledgements are read while the batch is written: a
-			// large batch's acks would otherwise fill both sockets'
-			// buffers while the server waits to send them.
-			acked := make(chan error, 1)
-			go func() {
-				_, err := io.ReadFull(c, acks)
-				acked <- err
-			}()
+			want <- struct{}{}
 			_, werr := bufs.WriteTo(c)
 			if werr != nil {
-				c.Close() // ends the ack reader too
+				c.Close() // ends the ack reader's read too
 			}
 			if err := cmp.Or(werr, <-acked); err != nil {
 				return fmt.Errorf("socket baseline: %w", err)
 			}
 			return nil
-		}, func() { stop(); c.Close() }, nil
+		}
+		done := func() {
+			close(want) // no batch runs now: the reader waits for the next
+			stop()
+			c.Close()
+			<-ended
+		}
+		return batch, done, nil
 	})
 	r.Protocol = "socket"
 	return r, err
