@@ -85,22 +85,22 @@ for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["
   # The raw engine twice: upstream's way (every op to the same target
   # offsets, which stay in the CPU cache) and over a target span the size
   # of our pool (each op to the next offsets, as the pool's puts and gets
-  # spread over its segments).
+  # spread over its segments); then, writes only, no engine at all
+  # (socket: one plain loopback TCP connection per client, each write a
+  # value into a target of the pool's span, then an 8-byte ack: what the
+  # kernel's sockets give this pattern here).
   for op in write read; do
-    for who in raw rawspan; do
-      span=()
-      [ "$who" = rawspan ] && span=(--target_span "$POOL")
-      "$BIN" bench transfer --protocol tcp --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" "${span[@]}" --json |
+    for who in raw rawspan socket; do
+      case $who in
+        raw) args=(--protocol tcp) ;;
+        rawspan) args=(--protocol tcp --target_span "$POOL") ;;
+        socket) [ "$op" = write ] || continue; args=(--protocol socket --target_span "$POOL") ;;
+      esac
+      "$BIN" bench transfer "${args[@]}" --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
         python3 -c 'import json,sys; d=json.load(sys.stdin); s,op,who=sys.argv[1],sys.argv[2],sys.argv[3]
 print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" "$who" >>"$rows"
     done
   done
-  # No engine at all: one plain loopback TCP connection per client, each
-  # write a value into a target of the pool's span, then an 8-byte ack:
-  # what the kernel's sockets give this pattern here.
-  "$BIN" bench transfer --protocol socket --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --target_span "$POOL" --json |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); s=sys.argv[1]
-print(s, "socket", "write", d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" >>"$rows"
 }
 
 for size in $SIZES; do

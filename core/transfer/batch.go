@@ -69,9 +69,6 @@ func (e *Engine) batch(id BatchID) (*batch, error) {
 // ErrInvalidBatch, ErrTooManyRequests (nothing queued), ErrClosed. Mirrors
 // upstream submitTransfer.
 func (e *Engine) Submit(id BatchID, reqs []Request) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
 	b, err := e.batch(id)
 	if err != nil {
 		return err

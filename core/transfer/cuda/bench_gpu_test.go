@@ -61,27 +61,24 @@ func BenchmarkGPUTransfers(b *testing.B) {
 	if err := bb.RegisterRegion(ctx, hb, "cpu:0", true); err != nil {
 		b.Fatal(err)
 	}
-	d, err := rt.Malloc(0, max)
-	if err != nil {
-		b.Fatal(err)
+	// devBuf registers max bytes of device 0 with e and returns their
+	// address (freed after the engines closed).
+	devBuf := func(e *transfer.Engine) uint64 {
+		d, err := rt.Malloc(0, max)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rt.Free(d) })
+		if err := e.RegisterDeviceMemory(ctx, uint64(d.Addr), max, 0, true); err != nil {
+			b.Fatal(err)
+		}
+		return uint64(d.Addr)
 	}
-	defer rt.Free(d)
-	if err := a.RegisterDeviceMemory(ctx, uint64(d.Addr), max, 0, true); err != nil {
-		b.Fatal(err)
-	}
-	d2, err := rt.Malloc(0, max)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rt.Free(d2)
-	if err := bb.RegisterDeviceMemory(ctx, uint64(d2.Addr), max, 0, true); err != nil {
-		b.Fatal(err)
-	}
+	dev, devB := devBuf(a), devBuf(bb)
 	seg, err := a.OpenSegment(ctx, "bench-b")
 	if err != nil {
 		b.Fatal(err)
 	}
-	dev := uint64(d.Addr)
 	for _, size := range []int{1 << 20, 64 << 20} {
 		n := uint64(size)
 		for _, c := range []struct {
@@ -92,8 +89,8 @@ func BenchmarkGPUTransfers(b *testing.B) {
 			{"d2h", transfer.Request{Op: transfer.Read, Source: ha.Addr(), Target: transfer.LocalSegment, TargetOffset: dev, Length: n}},
 			{"dev-to-remote-host", transfer.Request{Op: transfer.Write, Source: dev, Target: seg, TargetOffset: hb.Addr(), Length: n}},
 			{"remote-host-to-dev", transfer.Request{Op: transfer.Read, Source: dev, Target: seg, TargetOffset: hb.Addr(), Length: n}},
-			{"host-to-remote-dev", transfer.Request{Op: transfer.Write, Source: ha.Addr(), Target: seg, TargetOffset: uint64(d2.Addr), Length: n}},
-			{"remote-dev-to-host", transfer.Request{Op: transfer.Read, Source: ha.Addr(), Target: seg, TargetOffset: uint64(d2.Addr), Length: n}},
+			{"host-to-remote-dev", transfer.Request{Op: transfer.Write, Source: ha.Addr(), Target: seg, TargetOffset: devB, Length: n}},
+			{"remote-dev-to-host", transfer.Request{Op: transfer.Read, Source: ha.Addr(), Target: seg, TargetOffset: devB, Length: n}},
 			{"host-to-remote-host", transfer.Request{Op: transfer.Write, Source: ha.Addr(), Target: seg, TargetOffset: hb.Addr(), Length: n}},
 		} {
 			b.Run(fmt.Sprintf("%s/%dMiB", c.name, size>>20), func(b *testing.B) {
