@@ -69,7 +69,7 @@ test-abi: lib venv
 	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) $(GO) test -count=1 ./abi/abitest
 	MC_LIBMOONCAKE=$(CURDIR)/$(LIBMOONCAKE) MOONCAKE_GO_LIB=$(CURDIR)/$(LIBMOONCAKE) \
 		MC_MOONCAKE_BIN=$(CURDIR)/bin/mooncake \
-		$(VENV)/bin/python -m pytest -q abi/python/tests
+		$(VENV)/bin/python -m pytest -q -rs abi/python/tests
 
 # Restore the includer's default goal (none yet: the includer's next target
 # becomes it); used alone, this file's default is lib.
