@@ -123,6 +123,13 @@ type Config struct {
 	// round trip; default 2, negative = none (every put is PutStart,
 	// write, PutEnd, as upstream). Ours.
 	PutReservations int
+	// SerialCommit sends a reserved put's commit after its write instead
+	// of during it. By default the commit is a precommit that overlaps
+	// the write, so a put costs about the longer of the two rather than
+	// their sum, and a reader waits at the master for the put's PutEnd
+	// (see storepb.PutCommitRequest.precommit); this restores the serial
+	// order (for comparison: mooncake bench store --serial-commit). Ours.
+	SerialCommit bool
 	// PingInterval is the heartbeat period; default 1 s (upstream).
 	PingInterval time.Duration
 	// RPCTimeout bounds each master RPC; default 30 s (upstream MC_RPC_TIMEOUT_MS).

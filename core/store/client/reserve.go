@@ -211,8 +211,15 @@ func (c *Client) putSubset(ctx context.Context, keys []string, parts [][][]byte,
 
 // commitReserved writes the values idx into their reservations res[i]
 // and commits them in one call that also asks for as many new
-// reservations. It sets errs for the keys it settles and returns the
-// keys to put again the two-call way (write or commit failed).
+// reservations. By default the call is a precommit sent as the write
+// starts, so that the write and the master round trip overlap (see
+// storepb.PutCommitRequest.precommit): once both are done the keys whose
+// write succeeded are sealed with a PutEnd sent before the put returns
+// (its answer is awaited in the background), and those whose write
+// failed are revoked. With Config.SerialCommit the call goes after the
+// write and names only the values written. It sets errs for the keys it
+// settles and returns the keys to put again the two-call way (write or
+// commit failed).
 func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]byte, sizes []uint64, opts *PutOptions, idx []int, res []held, errs []error) (redo []int) {
 	sg := stagesOf(ctx)
 	t0 := time.Now()
@@ -240,12 +247,10 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		}
 		writes = append(writes, write{key: i, first: first, n: len(reqs) - first})
 	}
-	t0 = sg.restart(t0)
-	st, terr := c.run(ctx, reqs)
-	t0 = sg.since(StageWrite, t0)
+	precommit := !c.cfg.SerialCommit
 
 	rc := c.replicaConfig(opts)
-	in := &pb.PutCommitRequest{ClientId: c.id, Config: rc}
+	in := &pb.PutCommitRequest{ClientId: c.id, Config: rc, Precommit: precommit}
 	var committed []int
 	want := map[uint64]int{}
 	// New reservations are asked for only while the client is open, and
@@ -260,48 +265,99 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	if refill {
 		defer c.bg.Done()
 	}
-	c.resv.mu.Lock()
-	for _, w := range writes {
-		ok := terr == nil
-		for j := w.first; ok && j < w.first+w.n; j++ {
-			ok = st[j].Status == transfer.StatusCompleted
-		}
-		i := w.key
-		if !ok {
-			release = append(release, res[i].id)
-			if ctx.Err() != nil {
-				errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], ctx.Err())
-			} else {
-				redo = append(redo, i)
+	// commitOf adds the keys of writes that ok accepts to the call, and
+	// settles the others (their reservation is released).
+	var wrote map[int]bool // precommit: key index -> its write succeeded
+	commitOf := func(ok func(w write) bool) {
+		c.resv.mu.Lock()
+		defer c.resv.mu.Unlock()
+		for _, w := range writes {
+			i := w.key
+			if !ok(w) {
+				release = append(release, res[i].id)
+				if ctx.Err() != nil {
+					errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], ctx.Err())
+				} else {
+					redo = append(redo, i)
+				}
+				continue
 			}
-			continue
+			in.Reservations = append(in.Reservations, res[i].id)
+			in.Keys = append(in.Keys, []byte(keys[i]))
+			in.Sizes = append(in.Sizes, sizes[i])
+			if refill && len(c.resv.free[sizes[i]])+want[sizes[i]] < max(c.cfg.PutReservations, 1) {
+				want[sizes[i]]++
+				in.ReserveSizes = append(in.ReserveSizes, sizes[i])
+			}
+			committed = append(committed, i)
 		}
-		in.Reservations = append(in.Reservations, res[i].id)
-		in.Keys = append(in.Keys, []byte(keys[i]))
-		in.Sizes = append(in.Sizes, sizes[i])
-		if refill && len(c.resv.free[sizes[i]])+want[sizes[i]] < max(c.cfg.PutReservations, 1) {
-			want[sizes[i]]++
-			in.ReserveSizes = append(in.ReserveSizes, sizes[i])
+		in.Release = append(release, c.resv.takeReleases()...)
+	}
+	written := func(st []transfer.TaskStatus, terr error) func(w write) bool {
+		return func(w write) bool {
+			ok := terr == nil
+			for j := w.first; ok && j < w.first+w.n; j++ {
+				ok = st[j].Status == transfer.StatusCompleted
+			}
+			return ok
 		}
-		committed = append(committed, i)
 	}
-	in.Release = append(release, c.resv.takeReleases()...)
-	c.resv.mu.Unlock()
-	if len(in.Keys) == 0 && len(in.Release) == 0 {
-		return redo
-	}
+
+	var (
+		resp *pb.PutCommitResponse
+		err  error
+		sent time.Time
+	)
 	rctx, cancel := c.rpcCtx(ctx)
-	sent := time.Now()
-	resp, err := c.batchPutCommit(rctx, in)
-	cancel()
+	defer cancel()
+	t0 = sg.restart(t0)
+	if precommit {
+		commitOf(func(write) bool { return true })
+		if len(in.Keys) == 0 && len(in.Release) == 0 {
+			return redo
+		}
+		type answer struct {
+			resp *pb.PutCommitResponse
+			err  error
+		}
+		ch := make(chan answer, 1)
+		sent = time.Now()
+		go func() {
+			r, e := c.batchPutCommit(rctx, in)
+			ch <- answer{r, e}
+		}()
+		st, terr := c.run(ctx, reqs)
+		t0 = sg.since(StageWrite, t0)
+		ok := written(st, terr)
+		wrote = make(map[int]bool, len(writes))
+		for _, w := range writes {
+			wrote[w.key] = ok(w)
+		}
+		a := <-ch
+		resp, err = a.resp, a.err
+	} else {
+		st, terr := c.run(ctx, reqs)
+		t0 = sg.since(StageWrite, t0)
+		commitOf(written(st, terr))
+		if len(in.Keys) == 0 && len(in.Release) == 0 {
+			return redo
+		}
+		sent = time.Now()
+		resp, err = c.batchPutCommit(rctx, in)
+	}
 	gen := c.sess.generation()
 	sg.since(StagePutEnd, t0)
 	if err == nil && len(resp.Results) != len(in.Keys) {
 		err = errors.New("answer carries a wrong number of results")
 	}
 	if err != nil {
-		// Whether the keys were committed is unknown: put them again (an
-		// existing key is a success there).
+		// Whether the keys were committed is unknown. A precommitted key
+		// would wait for a PutEnd that never comes: revoke them (a key
+		// not committed answers OBJECT_NOT_FOUND there), then put them
+		// again (an existing key is a success there).
+		if precommit && ctx.Err() == nil {
+			c.revoke(ctx, committed, keys)
+		}
 		if ctx.Err() != nil {
 			for _, i := range committed {
 				errs[i] = rpcErr("put commit", err)
@@ -311,12 +367,16 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		return append(redo, committed...)
 	}
 	asked := int(rc.ReplicaNum)
-	var partial []int
+	var partial, seal, revoke []int
 	c.resv.mu.Lock()
 	for j, i := range committed {
 		e := statusErr(resp.Results[j])
 		switch {
+		case e == nil && precommit && !wrote[i]:
+			// Precommitted, but the value did not arrive.
+			revoke = append(revoke, i)
 		case e == nil:
+			seal = append(seal, i)
 			if len(res[i].reps) < asked {
 				partial = append(partial, i)
 			}
@@ -332,12 +392,77 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	}
 	c.resv.granted(in.ReserveSizes, resp, sent, gen)
 	c.resv.mu.Unlock()
+	if precommit {
+		c.seal(seal, keys)
+		if len(revoke) > 0 {
+			c.revoke(ctx, revoke, keys)
+			for _, i := range revoke {
+				if ctx.Err() != nil {
+					errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], ctx.Err())
+				} else {
+					redo = append(redo, i)
+				}
+			}
+		}
+	}
 	if opts != nil && opts.OnPartial != nil {
 		for _, i := range partial {
 			opts.OnPartial(keys[i], len(res[i].reps), asked)
 		}
 	}
 	return redo
+}
+
+// seal sends the PutEnd of the precommitted keys idx, whose values are
+// written, and awaits its answer in the background (counted in c.bg, so
+// Close waits for it; after Close began, here). A seal that fails on a
+// broken session stream is sent once more as the unary call; a master
+// that never gets it drops the write as it drops any unfinished one.
+func (c *Client) seal(idx []int, keys []string) {
+	if len(idx) == 0 {
+		return
+	}
+	in := &pb.KeysRequest{ClientId: c.id, Keys: make([][]byte, len(idx))}
+	for j, i := range idx {
+		in.Keys[j] = []byte(keys[i])
+	}
+	send := func() {
+		ctx, cancel := c.rpcCtx(context.Background())
+		defer cancel()
+		if _, err := c.batchPutEnd(ctx, in); err != nil && ctx.Err() == nil {
+			_, _ = c.rpc.BatchPutEnd(ctx, in)
+		}
+	}
+	c.mu.Lock()
+	async := !c.mu.closed
+	if async {
+		c.bg.Add(1)
+	}
+	c.mu.Unlock()
+	if !async {
+		send()
+		return
+	}
+	go func() {
+		defer c.bg.Done()
+		send()
+	}()
+}
+
+// revoke drops the precommitted writes idx (their values did not all
+// arrive, or the commit's answer was lost), waiting for the answer, so
+// that putting them again finds no write in progress.
+func (c *Client) revoke(ctx context.Context, idx []int, keys []string) {
+	if len(idx) == 0 {
+		return
+	}
+	in := &pb.KeysRequest{ClientId: c.id, Keys: make([][]byte, len(idx))}
+	for j, i := range idx {
+		in.Keys[j] = []byte(keys[i])
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	_, _ = c.batchPutRevoke(rctx, in)
 }
 
 // refill asks the master in the background for reservations of the

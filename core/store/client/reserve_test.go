@@ -139,3 +139,42 @@ func TestReservedPutsOff(t *testing.T) {
 	assert.Zero(t, f.c.Reservations())
 	f.check(t, ctx, "off/2", 2)
 }
+
+// TestPrecommittedPutRevokedWhenItsWriteFails: a reserved put commits
+// while it writes (a precommit); when the write fails (the node's
+// transfer engine is gone) the put fails and the precommitted key is
+// revoked: no write is left for readers to wait on, the key does not
+// exist, and the put may be retried.
+func TestPrecommittedPutRevokedWhenItsWriteFails(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{}, client.Config{})
+	f.put(t, ctx, "w/0", 1)
+	f.waitReservations(t, 1)
+	require.NoError(t, f.lc.Nodes[0].Engine().Close())
+
+	err := f.c.PutFrom(ctx, "w/1", f.src, nil)
+	require.Error(t, err, "the node cannot be written")
+	var open, objects int
+	f.lc.Master.Server.Do(func(m *master.Master) { open = m.Precommits(); objects = m.Stats().Objects })
+	assert.Zero(t, open, "precommitted writes left")
+	assert.Equal(t, 1, objects, "only w/0")
+	ok, err := f.c.IsExist(ctx, "w/1")
+	require.NoError(t, err)
+	assert.False(t, ok)
+}
+
+// TestSerialCommit: with SerialCommit the reserved put commits after its
+// write, one master call still, and the value reads back.
+func TestSerialCommit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{}, client.Config{SerialCommit: true})
+	f.put(t, ctx, "s/0", 3)
+	f.waitReservations(t, 1)
+	sg := f.put(t, ctx, "s/1", 4)
+	assert.Zero(t, sg.D[client.StagePutStart], "reserved: no PutStart")
+	assert.NotZero(t, sg.D[client.StagePutEnd], "the commit")
+	f.check(t, ctx, "s/0", 3)
+	f.check(t, ctx, "s/1", 4)
+}

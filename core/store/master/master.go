@@ -328,6 +328,8 @@ type Master struct {
 	nextID       uint64                 // next object id
 	tierSeq      uint64                 // see TierSeq
 	spaceSeq     uint64                 // see SpaceSeq
+	sealSeq      uint64                 // see SealSeq
+	precommits   int                    // objects in the table with bitPrecommit
 	pendingFree  uint64                 // DRAM bytes offloads queued by eviction will free
 	inflight     map[*tierTask]struct{} // taken tier tasks
 	diskCapacity uint64                 // bytes over all disk tiers
@@ -700,6 +702,7 @@ func (m *Master) PutEnd(client, key string) error {
 // recently used, and queued for offload where the config asks for it.
 func (m *Master) complete(o *object) {
 	o.complete = true
+	m.unmarkPrecommit(o)
 	m.pol.insert(o)
 	m.refreshSoftPin(o)
 	m.observeCommitted(o)

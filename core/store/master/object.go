@@ -61,6 +61,12 @@ type object struct {
 
 const bitNoOffload = 1 << 0
 
+// bitPrecommit marks a write in progress that its client committed ahead
+// of the write's end (PrecommitReserved): readers wait for its PutEnd or
+// PutRevoke instead of being told it is not ready. Bits 1-3 are the
+// eviction policy's (evict.go).
+const bitPrecommit = 1 << 4
+
 func (o *object) noOffload() bool { return o.bits&bitNoOffload != 0 }
 func (o *object) setNoOffload()   { o.bits |= bitNoOffload }
 

@@ -199,6 +199,7 @@ func (m *Master) forget(o *object) {
 		return
 	}
 	m.objects.del(o.key)
+	m.unmarkPrecommit(o)
 	m.owners.release(o.owner)
 	if o.softPin {
 		m.pinned.soft--

@@ -112,6 +112,52 @@ func (m *Master) Reserve(client string, size uint64, cfg ReplicaConfig) (Reserva
 // PutStartDiscardTimeout): the reservation is kept, unchanged, for the
 // client's next value, as upstream's put of an existing key is a no-op.
 func (m *Master) CommitReserved(client string, id uint64, key string, size uint64, cfg ReplicaConfig) error {
+	return m.commitReserved(client, id, key, size, cfg, false)
+}
+
+// PrecommitReserved is CommitReserved sent while client still writes the
+// value (the write and the master round trip overlap; see
+// storepb.PutCommitRequest.precommit): the object enters the table as a
+// write in progress, exactly as PutStart leaves one, marked precommitted.
+// PutEnd completes it and PutRevoke (a failed write) drops it, as after
+// PutStart; until one of them, or until it is dropped another way,
+// Precommitted reports it, so that a server makes its readers wait for
+// that end (SealSeq) instead of answering REPLICA_IS_NOT_READY. Errors
+// as CommitReserved's. Ours: upstream has no equivalent.
+func (m *Master) PrecommitReserved(client string, id uint64, key string, size uint64, cfg ReplicaConfig) error {
+	return m.commitReserved(client, id, key, size, cfg, true)
+}
+
+// Precommitted reports whether key is a precommitted write still waiting
+// for its PutEnd or PutRevoke (see PrecommitReserved).
+func (m *Master) Precommitted(key string) bool {
+	if m.precommits == 0 {
+		return false
+	}
+	o := m.objects.get(key)
+	return o != nil && o.bits&bitPrecommit != 0
+}
+
+// Precommits is how many precommitted writes wait for their PutEnd or
+// PutRevoke.
+func (m *Master) Precommits() int { return m.precommits }
+
+// SealSeq changes whenever a precommitted write ends (completed by PutEnd,
+// or dropped: revoked, discarded, removed with its segment); a server
+// watches it to answer the readers waiting for one.
+func (m *Master) SealSeq() uint64 { return m.sealSeq }
+
+// unmarkPrecommit clears o's precommit mark, if any, and counts the end.
+func (m *Master) unmarkPrecommit(o *object) {
+	if o.bits&bitPrecommit == 0 {
+		return
+	}
+	o.bits &^= bitPrecommit
+	m.precommits--
+	m.sealSeq++
+}
+
+func (m *Master) commitReserved(client string, id uint64, key string, size uint64, cfg ReplicaConfig, precommit bool) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -143,6 +189,11 @@ func (m *Master) CommitReserved(client string, id uint64, key string, size uint6
 	}
 	if o.hardPin {
 		m.pinned.hard++
+	}
+	if precommit {
+		o.bits |= bitPrecommit
+		m.precommits++
+		return nil
 	}
 	m.complete(o)
 	return nil

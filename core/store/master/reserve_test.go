@@ -277,3 +277,72 @@ func requireReservedAgrees(t *testing.T, m *Master) {
 	require.Equal(t, n, st.Reservations)
 	require.GreaterOrEqual(t, sn, n, "each reservation has a replica on some segment")
 }
+
+// TestPrecommitEndsWithPutEndOrRevoke: a precommitted reservation is a
+// write in progress that readers are told to wait for (Precommitted), not
+// readable until PutEnd; PutEnd makes it complete where the reservation
+// was, PutRevoke frees it, a stale one is discarded by a later put of its
+// key, and each end moves SealSeq and the count.
+func TestPrecommitEndsWithPutEndOrRevoke(t *testing.T) {
+	m, clk := newTestMaster(t, nil)
+	mustMount(t, m, "node", testSeg("a", 1<<20))
+	reserve := func() Reservation {
+		t.Helper()
+		r, err := m.Reserve("c1", 4096, ReplicaConfig{ReplicaNum: 1})
+		require.NoError(t, err)
+		return r
+	}
+
+	r := reserve()
+	seq := m.SealSeq()
+	require.NoError(t, m.PrecommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}))
+	assert.True(t, m.Precommitted("k"))
+	assert.False(t, m.Precommitted("other"))
+	assert.Equal(t, 1, m.Precommits())
+	assert.Equal(t, seq, m.SealSeq(), "no end yet")
+	_, _, err := m.GetReplicaList("k")
+	assert.ErrorIs(t, err, store.ErrReplicaIsNotReady, "unreadable before PutEnd")
+	ok, err := m.ExistKey("k")
+	require.NoError(t, err)
+	assert.False(t, ok)
+	n, _ := m.Reservations()
+	assert.Zero(t, n, "the reservation became the write")
+	assert.ErrorIs(t, m.PrecommitReserved("c1", r.ID, "k2", 4096, ReplicaConfig{}), store.ErrObjectNotFound, "used once")
+	assert.ErrorIs(t, m.PutEnd("c2", "k"), store.ErrIllegalClient, "another client's write")
+	assert.True(t, m.Precommitted("k"))
+
+	require.NoError(t, m.PutEnd("c1", "k"))
+	assert.False(t, m.Precommitted("k"))
+	assert.Zero(t, m.Precommits())
+	assert.NotEqual(t, seq, m.SealSeq(), "PutEnd ended it")
+	reps, _, err := m.GetReplicaList("k")
+	require.NoError(t, err)
+	require.Len(t, reps, 1)
+	assert.Equal(t, r.Replicas[0].Addr, reps[0].Addr, "the value is where the reservation was")
+	assert.Equal(t, ReplicaComplete, reps[0].Status)
+
+	// Revoked: gone, space free, the end counted.
+	r = reserve()
+	require.NoError(t, m.PrecommitReserved("c1", r.ID, "rv", 4096, ReplicaConfig{}))
+	seq = m.SealSeq()
+	require.NoError(t, m.PutRevoke("c1", "rv"))
+	assert.False(t, m.Precommitted("rv"))
+	assert.Zero(t, m.Precommits())
+	assert.NotEqual(t, seq, m.SealSeq(), "PutRevoke ended it")
+	_, _, err = m.GetReplicaList("rv")
+	assert.ErrorIs(t, err, store.ErrObjectNotFound)
+	assert.EqualValues(t, 4096, m.Stats().Used, "only k's space is used")
+
+	// Never sealed: a put of the key after PutStartDiscardTimeout
+	// discards it, which ends it too.
+	r = reserve()
+	require.NoError(t, m.PrecommitReserved("c1", r.ID, "stale", 4096, ReplicaConfig{}))
+	seq = m.SealSeq()
+	clk.Advance(m.Config().PutStartDiscardTimeout + time.Second)
+	_, err = m.PutStart("c2", "stale", 4096, ReplicaConfig{ReplicaNum: 1})
+	require.NoError(t, err)
+	assert.False(t, m.Precommitted("stale"), "the new write is not precommitted")
+	assert.Zero(t, m.Precommits())
+	assert.NotEqual(t, seq, m.SealSeq(), "the discard ended it")
+	requireReservedAgrees(t, m)
+}

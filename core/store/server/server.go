@@ -42,6 +42,10 @@ type Server struct {
 		// (DRAM freed), waking reads and puts waiting for room.
 		spaceSeen uint64
 		spaceCh   chan struct{}
+		// sealSeen and sealCh do the same for the master's SealSeq (a
+		// precommitted write ended), waking the readers waiting for one.
+		sealSeen uint64
+		sealCh   chan struct{}
 		// peak is the most objects the tick loop saw since it last
 		// returned memory to the OS (Options.FreeOSMemoryAfter).
 		peak int
@@ -63,6 +67,9 @@ type Server struct {
 	// freeAfter and freeOS: Options.FreeOSMemoryAfter and its action.
 	freeAfter int
 	freeOS    func()
+	// sealWaiting, when set (tests), is called each time a reader starts
+	// waiting for precommitted writes (awaitSeals).
+	sealWaiting func()
 }
 
 // Options configures a Server.
@@ -136,6 +143,7 @@ func New(m *master.Master, opts Options) *Server {
 	s.mu.m = m
 	s.mu.tierCh = make(chan struct{})
 	s.mu.spaceCh = make(chan struct{})
+	s.mu.sealCh = make(chan struct{})
 	s.metrics = newMetrics(opts.Registry, s)
 	// Per-call cost: each unary call is one short stream, so streams run on
 	// GOMAXPROCS long-lived workers (no goroutine start and stack growth per
@@ -193,6 +201,11 @@ func (s *Server) unlock() {
 		s.mu.spaceSeen = v
 		close(s.mu.spaceCh)
 		s.mu.spaceCh = make(chan struct{})
+	}
+	if v := s.mu.m.SealSeq(); v != s.mu.sealSeen {
+		s.mu.sealSeen = v
+		close(s.mu.sealCh)
+		s.mu.sealCh = make(chan struct{})
 	}
 	s.mu.Unlock()
 }
@@ -376,8 +389,10 @@ func (s *Server) BatchRemove(ctx context.Context, req *pb.KeysRequest) (*pb.Stat
 // when the budget runs out or waiting cannot help. The lease TTL reported
 // for a key that waited includes the wait: its lease was granted at the
 // end of the wait, and the client measures the lease from before its
-// request.
+// request. A precommitted key (storepb.PutCommitRequest.precommit) is
+// answered once its write ends, up to SealWait (awaitSeals).
 func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (*pb.BatchGetReplicaListResponse, error) {
+	s.awaitSeals(ctx, req.Keys)
 	out := &pb.BatchGetReplicaListResponse{Results: make([]*pb.GetReplicaListResult, len(req.Keys))}
 	idx := make([]int, len(req.Keys))
 	for i := range idx {
@@ -472,9 +487,63 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 	return out, nil
 }
 
+// SealWait bounds how long a GetReplicaList or ExistKey waits for a
+// precommitted write of one of its keys to end (PutEnd or PutRevoke; see
+// master.PrecommitReserved) before it answers as for any write in
+// progress (REPLICA_IS_NOT_READY, or not existing). A writer sends its
+// PutEnd as soon as its write is done and before its put returns, so a
+// reader that started after the put returned waits about one message;
+// only a reader racing the put, or a writer that died between its
+// precommit and its PutEnd, waits longer.
+const SealWait = time.Second
+
+// awaitSeals returns once none of keys is a precommitted write, or after
+// SealWait, ctx's end or the server's stop, whichever comes first.
+func (s *Server) awaitSeals(ctx context.Context, keys [][]byte) {
+	var deadline *time.Timer
+	defer func() {
+		if deadline != nil {
+			deadline.Stop()
+		}
+	}()
+	for {
+		s.mu.Lock()
+		open := false
+		if s.mu.m.Precommits() > 0 {
+			for _, k := range keys {
+				if s.mu.m.Precommitted(string(k)) {
+					open = true
+					break
+				}
+			}
+		}
+		sealCh := s.mu.sealCh
+		s.mu.Unlock() // nothing changed: no need for unlock's wake-ups
+		if !open {
+			return
+		}
+		if deadline == nil {
+			deadline = time.NewTimer(SealWait)
+		}
+		if s.sealWaiting != nil {
+			s.sealWaiting()
+		}
+		select {
+		case <-sealCh:
+		case <-deadline.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-s.stop:
+			return
+		}
+	}
+}
+
 // BatchExistKey implements storepb.MasterServer; each existing key gets a
-// lease.
+// lease. A precommitted key is answered once its write ends (awaitSeals).
 func (s *Server) BatchExistKey(ctx context.Context, req *pb.KeysRequest) (*pb.BatchExistKeyResponse, error) {
+	s.awaitSeals(ctx, req.Keys)
 	out := &pb.BatchExistKeyResponse{Results: make([]*pb.ExistResult, len(req.Keys))}
 	s.mu.Lock()
 	defer s.unlock()
@@ -554,7 +623,11 @@ func (s *Server) BatchPutCommit(ctx context.Context, req *pb.PutCommitRequest) (
 			out.Results[i] = status(store.Errorf(store.InvalidParams, "key %q: %d reservations and %d sizes for %d keys", string(k), len(req.Reservations), len(req.Sizes), len(req.Keys)))
 			continue
 		}
-		out.Results[i] = status(s.mu.m.CommitReserved(req.ClientId, req.Reservations[i], string(k), req.Sizes[i], cfg))
+		commit := s.mu.m.CommitReserved
+		if req.Precommit {
+			commit = s.mu.m.PrecommitReserved
+		}
+		out.Results[i] = status(commit(req.ClientId, req.Reservations[i], string(k), req.Sizes[i], cfg))
 	}
 	for _, id := range req.Release {
 		_ = s.mu.m.ReleaseReserved(req.ClientId, id)

@@ -2917,7 +2917,16 @@ type PutCommitRequest struct {
 	// One new reservation per entry, of that many bytes.
 	ReserveSizes []uint64 `protobuf:"varint,6,rep,packed,name=reserve_sizes,json=reserveSizes,proto3" json:"reserve_sizes,omitempty"`
 	// Reservations to give back unused (their space is freed).
-	Release       []uint64 `protobuf:"varint,7,rep,packed,name=release,proto3" json:"release,omitempty"`
+	Release []uint64 `protobuf:"varint,7,rep,packed,name=release,proto3" json:"release,omitempty"`
+	// Precommit: the client sends this call while it is still writing the
+	// values, so that the write and the master round trip overlap. Each key
+	// is then stored as a write in progress (as after PutStart) that
+	// BatchPutEnd completes and BatchPutRevoke drops; the client sends the
+	// PutEnd once its write is done, before its put returns. Until then the
+	// master answers a GetReplicaList or ExistKey of such a key after the
+	// PutEnd or PutRevoke arrives (bounded wait), not with "not ready", so
+	// a reader that starts after the put returned always finds the value.
+	Precommit     bool `protobuf:"varint,8,opt,name=precommit,proto3" json:"precommit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2999,6 +3008,13 @@ func (x *PutCommitRequest) GetRelease() []uint64 {
 		return x.Release
 	}
 	return nil
+}
+
+func (x *PutCommitRequest) GetPrecommit() bool {
+	if x != nil {
+		return x.Precommit
+	}
+	return false
 }
 
 type Reservation struct {
@@ -3654,7 +3670,7 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
-	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\xf6\x01\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\x94\x02\n" +
 	"\x10PutCommitRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\"\n" +
 	"\freservations\x18\x02 \x03(\x04R\freservations\x12\x12\n" +
@@ -3662,7 +3678,8 @@ const file_master_proto_rawDesc = "" +
 	"\x05sizes\x18\x04 \x03(\x04R\x05sizes\x128\n" +
 	"\x06config\x18\x05 \x01(\v2 .mooncake.store.v1.ReplicaConfigR\x06config\x12#\n" +
 	"\rreserve_sizes\x18\x06 \x03(\x04R\freserveSizes\x12\x18\n" +
-	"\arelease\x18\a \x03(\x04R\arelease\"\x9c\x01\n" +
+	"\arelease\x18\a \x03(\x04R\arelease\x12\x1c\n" +
+	"\tprecommit\x18\b \x01(\bR\tprecommit\"\x9c\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x06status\x18\x02 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// precommit reserves one value of size for client and precommits it
+// under key (storepb.PutCommitRequest.precommit).
+func (h *harness) precommit(t *testing.T, client, key string, size uint64) {
+	t.Helper()
+	cfg := &pb.ReplicaConfig{ReplicaNum: 1}
+	r, err := h.srv.BatchPutCommit(ctx(t), &pb.PutCommitRequest{ClientId: client, Config: cfg, ReserveSizes: []uint64{size}})
+	require.NoError(t, err)
+	require.Len(t, r.Reserved, 1)
+	require.Zero(t, r.Reserved[0].Status.GetCode(), r.Reserved[0].Status.GetMessage())
+	c, err := h.srv.BatchPutCommit(ctx(t), &pb.PutCommitRequest{ClientId: client, Config: cfg, Precommit: true,
+		Reservations: []uint64{r.Reserved[0].Id}, Keys: [][]byte{[]byte(key)}, Sizes: []uint64{size}})
+	require.NoError(t, err)
+	wantCodes(t, "precommit", c.Results, store.OK)
+}
+
+// TestReadersWaitForAPrecommittedWrite: a GetReplicaList or ExistKey of
+// a precommitted key waits for its PutEnd and then finds the value (not
+// REPLICA_IS_NOT_READY), waits for its PutRevoke and then misses, and
+// gives up after SealWait when neither comes.
+func TestReadersWaitForAPrecommittedWrite(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "node", pbSeg("s1", 1<<30, 1<<20))
+	waiting := make(chan struct{}, 16)
+	h.srv.sealWaiting = func() { waiting <- struct{}{} }
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-waiting:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no reader waited for the precommitted write", what)
+		}
+	}
+	keys := func(k string) *pb.KeysRequest { return &pb.KeysRequest{ClientId: "reader", Keys: [][]byte{[]byte(k)}} }
+
+	h.precommit(t, "writer", "sealed", 4096)
+	got := make(chan *pb.BatchGetReplicaListResponse, 1)
+	go func() {
+		r, _ := h.srv.BatchGetReplicaList(context.Background(), keys("sealed"))
+		got <- r
+	}()
+	exists := make(chan *pb.BatchExistKeyResponse, 1)
+	await("get")
+	go func() {
+		r, _ := h.srv.BatchExistKey(context.Background(), keys("sealed"))
+		exists <- r
+	}()
+	await("exist")
+	end, err := h.srv.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: [][]byte{[]byte("sealed")}})
+	require.NoError(t, err)
+	wantCodes(t, "put end", end.Results, store.OK)
+	r := <-got
+	require.Len(t, r.Results, 1)
+	wantCodes(t, "get after the seal", []*pb.Status{r.Results[0].Status}, store.OK)
+	require.Len(t, r.Results[0].Replicas, 1)
+	e := <-exists
+	require.Len(t, e.Results, 1)
+	assert.True(t, e.Results[0].Exists, "exists after the seal")
+
+	h.precommit(t, "writer", "revoked", 4096)
+	go func() {
+		r, _ := h.srv.BatchGetReplicaList(context.Background(), keys("revoked"))
+		got <- r
+	}()
+	await("get of the revoked key")
+	rv, err := h.srv.BatchPutRevoke(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: [][]byte{[]byte("revoked")}})
+	require.NoError(t, err)
+	wantCodes(t, "revoke", rv.Results, store.OK)
+	r = <-got
+	wantCodes(t, "get after the revoke", []*pb.Status{r.Results[0].Status}, store.ObjectNotFound)
+
+	// Neither end comes: the reader answers "being written" after the
+	// bound (here the call's deadline, shorter than SealWait).
+	h.precommit(t, "writer", "open", 4096)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	r, err = h.srv.BatchGetReplicaList(short, keys("open"))
+	require.NoError(t, err)
+	wantCodes(t, "get of a write never sealed", []*pb.Status{r.Results[0].Status}, store.ReplicaIsNotReady)
+	<-waiting
+}
