@@ -393,7 +393,9 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	c.resv.granted(in.ReserveSizes, resp, sent, gen)
 	c.resv.mu.Unlock()
 	if precommit {
-		c.seal(seal, keys)
+		// A seal the master was asked to make durable and that failed
+		// (say, leadership lost before it was replicated) is put again.
+		redo = append(redo, c.seal(seal, keys, resp.AwaitSeal)...)
 		if len(revoke) > 0 {
 			c.revoke(ctx, revoke, keys)
 			for _, i := range revoke {
@@ -415,38 +417,55 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 
 // seal sends the PutEnd of the precommitted keys idx, whose values are
 // written, and awaits its answer in the background (counted in c.bg, so
-// Close waits for it; after Close began, here). A seal that fails on a
+// Close waits for it), or here when wait (the master asked for it: an HA
+// one) or after Close began. A seal that fails on a
 // broken session stream is sent once more as the unary call; a master
 // that never gets it drops the write as it drops any unfinished one.
-func (c *Client) seal(idx []int, keys []string) {
+// With wait it returns the keys of idx whose seal failed (put them
+// again), else nil.
+func (c *Client) seal(idx []int, keys []string, wait bool) (failed []int) {
 	if len(idx) == 0 {
-		return
+		return nil
 	}
 	in := &pb.KeysRequest{ClientId: c.id, Keys: make([][]byte, len(idx))}
 	for j, i := range idx {
 		in.Keys[j] = []byte(keys[i])
 	}
-	send := func() {
+	send := func() *pb.StatusList {
 		ctx, cancel := c.rpcCtx(context.Background())
 		defer cancel()
-		if _, err := c.batchPutEnd(ctx, in); err != nil && ctx.Err() == nil {
-			_, _ = c.rpc.BatchPutEnd(ctx, in)
+		st, err := c.batchPutEnd(ctx, in)
+		if err != nil && ctx.Err() == nil {
+			st, err = c.rpc.BatchPutEnd(ctx, in)
 		}
+		if err != nil {
+			return nil
+		}
+		return st
 	}
 	c.mu.Lock()
-	async := !c.mu.closed
+	async := !c.mu.closed && !wait
 	if async {
 		c.bg.Add(1)
 	}
 	c.mu.Unlock()
 	if !async {
-		send()
-		return
+		st := send()
+		for j, i := range idx {
+			if !wait {
+				break
+			}
+			if st == nil || len(st.Results) != len(idx) || statusErr(st.Results[j]) != nil {
+				failed = append(failed, i)
+			}
+		}
+		return failed
 	}
 	go func() {
 		defer c.bg.Done()
 		send()
 	}()
+	return nil
 }
 
 // revoke drops the precommitted writes idx (their values did not all

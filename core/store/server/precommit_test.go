@@ -25,6 +25,22 @@ func (h *harness) precommit(t *testing.T, client, key string, size uint64) {
 		Reservations: []uint64{r.Reserved[0].Id}, Keys: [][]byte{[]byte(key)}, Sizes: []uint64{size}})
 	require.NoError(t, err)
 	wantCodes(t, "precommit", c.Results, store.OK)
+	assert.Equal(t, h.srv.durableSeals, c.AwaitSeal, "await_seal follows Options.DurableSeals")
+}
+
+// TestDurableSealsAskClientsToWait: a server with DurableSeals (an HA
+// master) answers a precommit with await_seal, one without does not, and
+// a plain commit never carries it.
+func TestDurableSealsAskClientsToWait(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		h := newHarness(t)
+		h.srv.durableSeals = durable
+		h.mount(t, "node", pbSeg("s1", 1<<30, 1<<20))
+		h.precommit(t, "writer", "k", 4096) // checks await_seal == durable
+		r, err := h.srv.BatchPutCommit(ctx(t), &pb.PutCommitRequest{ClientId: "writer", Config: &pb.ReplicaConfig{ReplicaNum: 1}, ReserveSizes: []uint64{4096}})
+		require.NoError(t, err)
+		assert.False(t, r.AwaitSeal, "not a precommit")
+	}
 }
 
 // TestReadersWaitForAPrecommittedWrite: a GetReplicaList or ExistKey of

@@ -93,7 +93,7 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 		return nil, fmt.Errorf("master: rpc listen %s: %w", cfg.RPCAddr, err)
 	}
 	p.RPCAddr = p.rpcLn.Addr().String()
-	p.Server = New(m, Options{TickInterval: cfg.TickInterval, Interceptors: p.haInterceptors(cfg.HA), TLS: cfg.TLS, Logf: cfg.Logf})
+	p.Server = New(m, Options{TickInterval: cfg.TickInterval, Interceptors: p.haInterceptors(cfg.HA), DurableSeals: cfg.HA != nil, TLS: cfg.TLS, Logf: cfg.Logf})
 	if cfg.HA != nil {
 		if err = p.startHA(cfg); err != nil {
 			return nil, err

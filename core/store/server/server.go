@@ -67,6 +67,7 @@ type Server struct {
 	// freeAfter and freeOS: Options.FreeOSMemoryAfter and its action.
 	freeAfter int
 	freeOS    func()
+	durableSeals bool // Options.DurableSeals
 	// sealWaiting, when set (tests), is called each time a reader starts
 	// waiting for precommitted writes (awaitSeals).
 	sealWaiting func()
@@ -113,6 +114,14 @@ type Options struct {
 	// goes.
 	FreeOSMemoryAfter int
 
+	// DurableSeals makes BatchPutCommit ask clients to wait for the
+	// answer of a precommitted key's PutEnd before their put returns
+	// (storepb.PutCommitResponse.await_seal): set for an HA master, whose
+	// answers wait until the change is durable in etcd, so that a put
+	// that returned survives a failover. Without it a put returns once
+	// its PutEnd is sent.
+	DurableSeals bool
+
 	// freeOS replaces debug.FreeOSMemory (tests).
 	freeOS func()
 }
@@ -127,7 +136,7 @@ func New(m *master.Master, opts Options) *Server {
 		opts.Registry = prometheus.NewRegistry()
 	}
 	s := &Server{stop: make(chan struct{}), done: make(chan struct{}), loadWait: opts.LoadWait, putWait: opts.PutWait,
-		freeAfter: opts.FreeOSMemoryAfter, freeOS: opts.freeOS}
+		freeAfter: opts.FreeOSMemoryAfter, freeOS: opts.freeOS, durableSeals: opts.DurableSeals}
 	if s.freeAfter == 0 {
 		s.freeAfter = 100_000
 	}
@@ -613,7 +622,8 @@ const maxReservePerCall = 64
 // size above MaxReserveBytes, or more than 64 of them, is refused in
 // that entry's status (INVALID_PARAMS).
 func (s *Server) BatchPutCommit(ctx context.Context, req *pb.PutCommitRequest) (*pb.PutCommitResponse, error) {
-	out := &pb.PutCommitResponse{Results: make([]*pb.Status, len(req.Keys)), Reserved: make([]*pb.Reservation, len(req.ReserveSizes))}
+	out := &pb.PutCommitResponse{Results: make([]*pb.Status, len(req.Keys)), Reserved: make([]*pb.Reservation, len(req.ReserveSizes)),
+		AwaitSeal: req.Precommit && s.durableSeals}
 	cfg := replicaConfig(req.Config)
 	bad := len(req.Reservations) != len(req.Keys) || len(req.Sizes) != len(req.Keys)
 	s.mu.Lock()

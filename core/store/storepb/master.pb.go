@@ -3086,9 +3086,13 @@ func (x *Reservation) GetReplicas() []*Replica {
 }
 
 type PutCommitResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`   // one per key, as PutEnd's
-	Reserved      []*Reservation         `protobuf:"bytes,2,rep,name=reserved,proto3" json:"reserved,omitempty"` // one per reserve_sizes entry
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Results  []*Status              `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`   // one per key, as PutEnd's
+	Reserved []*Reservation         `protobuf:"bytes,2,rep,name=reserved,proto3" json:"reserved,omitempty"` // one per reserve_sizes entry
+	// To a precommit: the client must wait for its PutEnd's answer before
+	// its put returns (an HA master answers once a change is durable, so
+	// a put that returned survives a failover).
+	AwaitSeal     bool `protobuf:"varint,3,opt,name=await_seal,json=awaitSeal,proto3" json:"await_seal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3135,6 +3139,13 @@ func (x *PutCommitResponse) GetReserved() []*Reservation {
 		return x.Reserved
 	}
 	return nil
+}
+
+func (x *PutCommitResponse) GetAwaitSeal() bool {
+	if x != nil {
+		return x.AwaitSeal
+	}
+	return false
 }
 
 // Session carries the calls of a put or a get (BatchPutStart, BatchPutEnd,
@@ -3684,10 +3695,12 @@ const file_master_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x06status\x18\x02 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x126\n" +
-	"\breplicas\x18\x04 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"\x84\x01\n" +
+	"\breplicas\x18\x04 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"\xa3\x01\n" +
 	"\x11PutCommitResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12:\n" +
-	"\breserved\x18\x02 \x03(\v2\x1e.mooncake.store.v1.ReservationR\breserved\"\x9d\x03\n" +
+	"\breserved\x18\x02 \x03(\v2\x1e.mooncake.store.v1.ReservationR\breserved\x12\x1d\n" +
+	"\n" +
+	"await_seal\x18\x03 \x01(\bR\tawaitSeal\"\x9d\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
