@@ -65,8 +65,8 @@ type Server struct {
 	// (Options.PutWait).
 	putWait time.Duration
 	// freeAfter and freeOS: Options.FreeOSMemoryAfter and its action.
-	freeAfter int
-	freeOS    func()
+	freeAfter    int
+	freeOS       func()
 	durableSeals bool // Options.DurableSeals
 	// sealWaiting, when set (tests), is called each time a reader starts
 	// waiting for precommitted writes (awaitSeals).
