@@ -174,8 +174,9 @@ type Client struct {
 	tierCancel context.CancelFunc // stops tierLoop
 	tierDone   chan struct{}      // closed when tierLoop returns
 
-	resv resvPool       // reservations held (reserve.go)
-	bg   sync.WaitGroup // reservation requests running in the background
+	resv  resvPool       // reservations held (reserve.go)
+	seals sealQueue      // precommitted writes' PutEnds to send (reserve.go)
+	bg    sync.WaitGroup // reservation requests running in the background
 	// staged counts the scratch ranges of the local buffer in use (Put,
 	// Get and the copying batch calls hold one while they run): Close
 	// waits for them before it closes the engine and unmaps the buffer.
@@ -464,6 +465,7 @@ func (c *Client) Close() error {
 	c.mu.closed = true
 	c.mu.Unlock()
 	c.staged.Wait() // calls staging through the local buffer finish first
+	c.flushSeals()
 	c.bg.Wait()
 	c.releaseReservations()
 	close(c.stop)

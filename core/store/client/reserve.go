@@ -316,6 +316,7 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		if len(in.Keys) == 0 && len(in.Release) == 0 {
 			return redo
 		}
+		in.SealKeys = c.seals.take(c)
 		type answer struct {
 			resp *pb.PutCommitResponse
 			err  error
@@ -349,6 +350,9 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	sg.since(StagePutEnd, t0)
 	if err == nil && len(resp.Results) != len(in.Keys) {
 		err = errors.New("answer carries a wrong number of results")
+	}
+	if err != nil && len(in.SealKeys) > 0 {
+		c.queueSeals(in.SealKeys) // PutEnd again: a no-op if it was done
 	}
 	if err != nil {
 		// Whether the keys were committed is unknown. A precommitted key
@@ -415,57 +419,115 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 	return redo
 }
 
-// seal sends the PutEnd of the precommitted keys idx, whose values are
-// written, and awaits its answer in the background (counted in c.bg, so
-// Close waits for it), or here when wait (the master asked for it: an HA
-// one) or after Close began. A seal that fails on a
-// broken session stream is sent once more as the unary call; a master
-// that never gets it drops the write as it drops any unfinished one.
-// With wait it returns the keys of idx whose seal failed (put them
-// again), else nil.
+// seal ends the precommitted writes idx, whose values are written. With
+// wait (the master asked for it: an HA one) it sends their PutEnd and
+// waits for the answer, returning the keys whose seal failed (to put
+// again); else it queues them (queueSeals) and returns nil.
 func (c *Client) seal(idx []int, keys []string, wait bool) (failed []int) {
 	if len(idx) == 0 {
 		return nil
 	}
-	in := &pb.KeysRequest{ClientId: c.id, Keys: make([][]byte, len(idx))}
+	ks := make([][]byte, len(idx))
 	for j, i := range idx {
-		in.Keys[j] = []byte(keys[i])
+		ks[j] = []byte(keys[i])
 	}
-	send := func() *pb.StatusList {
-		ctx, cancel := c.rpcCtx(context.Background())
-		defer cancel()
-		st, err := c.batchPutEnd(ctx, in)
-		if err != nil && ctx.Err() == nil {
-			st, err = c.rpc.BatchPutEnd(ctx, in)
-		}
-		if err != nil {
-			return nil
-		}
-		return st
+	if !wait {
+		c.queueSeals(ks)
+		return nil
 	}
+	st := c.sendSeals(ks)
+	for j, i := range idx {
+		if st == nil || len(st.Results) != len(idx) || statusErr(st.Results[j]) != nil {
+			failed = append(failed, i)
+		}
+	}
+	return failed
+}
+
+// sealDelay is how long a queued seal waits for the client's next commit
+// to carry it (PutCommitRequest.seal_keys) before it goes out in a call
+// of its own: a client putting back to back sends its next commit within
+// microseconds, and a reader of the key waits at the master that much
+// longer at most.
+var sealDelay = 200 * time.Microsecond // var: tests lengthen it
+
+// sealQueue holds the keys of precommitted writes whose PutEnd is still
+// to be sent; see queueSeals.
+type sealQueue struct {
+	mu    sync.Mutex
+	keys  [][]byte
+	timer *time.Timer // armed while keys wait; its run counts in Client.bg
+}
+
+// take returns the queued keys for a commit to carry, disarming the
+// timer. Safe on a nil queue's zero value.
+func (q *sealQueue) take(c *Client) [][]byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ks := q.keys
+	q.keys = nil
+	if q.timer != nil && q.timer.Stop() {
+		c.bg.Done() // the stopped run will not
+	}
+	q.timer = nil
+	return ks
+}
+
+// queueSeals queues the PutEnd of keys: the client's next commit within
+// sealDelay carries it, else a call of its own sends it (counted in
+// c.bg, so Close waits for it). After Close began it is sent here.
+func (c *Client) queueSeals(keys [][]byte) {
 	c.mu.Lock()
-	async := !c.mu.closed && !wait
-	if async {
+	closed := c.mu.closed
+	q := &c.seals
+	q.mu.Lock()
+	if closed {
+		q.mu.Unlock()
+		c.mu.Unlock()
+		c.sendSeals(keys)
+		return
+	}
+	q.keys = append(q.keys, keys...)
+	if q.timer == nil {
 		c.bg.Add(1)
+		q.timer = time.AfterFunc(sealDelay, func() {
+			defer c.bg.Done()
+			q.mu.Lock()
+			ks := q.keys
+			q.keys, q.timer = nil, nil
+			q.mu.Unlock()
+			if len(ks) > 0 {
+				c.sendSeals(ks)
+			}
+		})
 	}
+	q.mu.Unlock()
 	c.mu.Unlock()
-	if !async {
-		st := send()
-		for j, i := range idx {
-			if !wait {
-				break
-			}
-			if st == nil || len(st.Results) != len(idx) || statusErr(st.Results[j]) != nil {
-				failed = append(failed, i)
-			}
-		}
-		return failed
+}
+
+// flushSeals sends the queued seals now and waits for the answer (Close).
+func (c *Client) flushSeals() {
+	if ks := c.seals.take(c); len(ks) > 0 {
+		c.sendSeals(ks)
 	}
-	go func() {
-		defer c.bg.Done()
-		send()
-	}()
-	return nil
+}
+
+// sendSeals sends the PutEnd of keys over the session (once more as the
+// unary call if that fails) and returns the answer, nil when both failed;
+// a master that never gets it drops the writes as it drops any
+// unfinished one.
+func (c *Client) sendSeals(keys [][]byte) *pb.StatusList {
+	in := &pb.KeysRequest{ClientId: c.id, Keys: keys}
+	ctx, cancel := c.rpcCtx(context.Background())
+	defer cancel()
+	st, err := c.batchPutEnd(ctx, in)
+	if err != nil && ctx.Err() == nil {
+		st, err = c.rpc.BatchPutEnd(ctx, in)
+	}
+	if err != nil {
+		return nil
+	}
+	return st
 }
 
 // revoke drops the precommitted writes idx (their values did not all

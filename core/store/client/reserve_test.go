@@ -178,3 +178,41 @@ func TestSerialCommit(t *testing.T) {
 	f.check(t, ctx, "s/0", 3)
 	f.check(t, ctx, "s/1", 4)
 }
+
+// TestSealsRideOnTheNextCommit: a precommitted put's seal waits for the
+// client's next commit, which carries it (so each put is one master call
+// in steady state); a reader of the newest key waits at the master for
+// its seal, and Close sends the last one.
+func TestSealsRideOnTheNextCommit(t *testing.T) {
+	defer client.SetSealDelay(time.Hour)() // only a commit or Close sends a seal
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f := newReserveFixture(t, ctx, master.Config{}, client.Config{})
+	f.put(t, ctx, "ride/0", 0) // PutStart + PutEnd: nothing to seal
+	f.waitReservations(t, 1)
+	precommits := func() (n int) {
+		f.lc.Master.Server.Do(func(m *master.Master) { n = m.Precommits() })
+		return n
+	}
+	for i := 1; i <= 4; i++ {
+		sg := f.put(t, ctx, fmt.Sprintf("ride/%d", i), byte(i))
+		require.Zero(t, sg.D[client.StagePutStart], "put %d reserved", i)
+		f.waitReservations(t, 1)
+		assert.Equal(t, 1, precommits(), "after put %d: only its own seal waits", i)
+	}
+	f.check(t, ctx, "ride/2", 2) // sealed by put 3's commit
+
+	// ride/4's seal waits in the client; another client's reader waits at
+	// the master until Close sends it.
+	other, err := f.lc.NewClient(ctx, client.Config{LocalHostname: "reader"})
+	require.NoError(t, err)
+	defer other.Close()
+	found := make(chan bool, 1)
+	go func() {
+		ok, err := other.IsExist(ctx, "ride/4")
+		found <- ok && err == nil
+	}()
+	require.NoError(t, f.c.Close())
+	assert.Zero(t, precommits(), "Close sent the last seal")
+	assert.True(t, <-found, "the reader found the key once sealed")
+}

@@ -613,7 +613,8 @@ const MaxReserveBytes = 64 << 20
 const maxReservePerCall = 64
 
 // BatchPutCommit implements storepb.MasterServer (ours: see
-// storepb.PutCommitRequest): commits reservations[i] under keys[i]
+// storepb.PutCommitRequest): ends the writes of seal_keys (master.PutEnd,
+// results in seal_results), commits reservations[i] under keys[i]
 // (master.CommitReserved, pins from config), then releases the
 // reservations named in release (master.ReleaseReserved; unknown ones
 // are ignored), then reserves one value of each reserve_sizes entry
@@ -628,6 +629,12 @@ func (s *Server) BatchPutCommit(ctx context.Context, req *pb.PutCommitRequest) (
 	bad := len(req.Reservations) != len(req.Keys) || len(req.Sizes) != len(req.Keys)
 	s.mu.Lock()
 	defer s.unlock()
+	if len(req.SealKeys) > 0 {
+		out.SealResults = make([]*pb.Status, len(req.SealKeys))
+		for i, k := range req.SealKeys {
+			out.SealResults[i] = status(s.mu.m.PutEnd(req.ClientId, string(k)))
+		}
+	}
 	for i, k := range req.Keys {
 		if bad {
 			out.Results[i] = status(store.Errorf(store.InvalidParams, "key %q: %d reservations and %d sizes for %d keys", string(k), len(req.Reservations), len(req.Sizes), len(req.Keys)))

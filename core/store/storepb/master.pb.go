@@ -2926,7 +2926,12 @@ type PutCommitRequest struct {
 	// master answers a GetReplicaList or ExistKey of such a key after the
 	// PutEnd or PutRevoke arrives (bounded wait), not with "not ready", so
 	// a reader that starts after the put returned always finds the value.
-	Precommit     bool `protobuf:"varint,8,opt,name=precommit,proto3" json:"precommit,omitempty"`
+	Precommit bool `protobuf:"varint,8,opt,name=precommit,proto3" json:"precommit,omitempty"`
+	// PutEnd of these keys (the client's earlier precommitted writes, whose
+	// values are written) before the rest of the call: a client carries
+	// the seals of its last puts on its next commit when that follows
+	// within a fraction of a millisecond, instead of a call of their own.
+	SealKeys      [][]byte `protobuf:"bytes,9,rep,name=seal_keys,json=sealKeys,proto3" json:"seal_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3017,6 +3022,13 @@ func (x *PutCommitRequest) GetPrecommit() bool {
 	return false
 }
 
+func (x *PutCommitRequest) GetSealKeys() [][]byte {
+	if x != nil {
+		return x.SealKeys
+	}
+	return nil
+}
+
 type Reservation struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`        // 0 when status is not OK
@@ -3092,7 +3104,8 @@ type PutCommitResponse struct {
 	// To a precommit: the client must wait for its PutEnd's answer before
 	// its put returns (an HA master answers once a change is durable, so
 	// a put that returned survives a failover).
-	AwaitSeal     bool `protobuf:"varint,3,opt,name=await_seal,json=awaitSeal,proto3" json:"await_seal,omitempty"`
+	AwaitSeal     bool      `protobuf:"varint,3,opt,name=await_seal,json=awaitSeal,proto3" json:"await_seal,omitempty"`
+	SealResults   []*Status `protobuf:"bytes,4,rep,name=seal_results,json=sealResults,proto3" json:"seal_results,omitempty"` // one per seal_keys entry, as PutEnd's
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3146,6 +3159,13 @@ func (x *PutCommitResponse) GetAwaitSeal() bool {
 		return x.AwaitSeal
 	}
 	return false
+}
+
+func (x *PutCommitResponse) GetSealResults() []*Status {
+	if x != nil {
+		return x.SealResults
+	}
+	return nil
 }
 
 // Session carries the calls of a put or a get (BatchPutStart, BatchPutEnd,
@@ -3681,7 +3701,7 @@ const file_master_proto_rawDesc = "" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\x1d\n" +
 	"\n" +
 	"segment_id\x18\x02 \x01(\tR\tsegmentId\x12;\n" +
-	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\x94\x02\n" +
+	"\aresults\x18\x03 \x03(\v2!.mooncake.store.v1.TierTaskResultR\aresults\"\xb1\x02\n" +
 	"\x10PutCommitRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12\"\n" +
 	"\freservations\x18\x02 \x03(\x04R\freservations\x12\x12\n" +
@@ -3690,17 +3710,19 @@ const file_master_proto_rawDesc = "" +
 	"\x06config\x18\x05 \x01(\v2 .mooncake.store.v1.ReplicaConfigR\x06config\x12#\n" +
 	"\rreserve_sizes\x18\x06 \x03(\x04R\freserveSizes\x12\x18\n" +
 	"\arelease\x18\a \x03(\x04R\arelease\x12\x1c\n" +
-	"\tprecommit\x18\b \x01(\bR\tprecommit\"\x9c\x01\n" +
+	"\tprecommit\x18\b \x01(\bR\tprecommit\x12\x1b\n" +
+	"\tseal_keys\x18\t \x03(\fR\bsealKeys\"\x9c\x01\n" +
 	"\vReservation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x06status\x18\x02 \x01(\v2\x19.mooncake.store.v1.StatusR\x06status\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x126\n" +
-	"\breplicas\x18\x04 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"\xa3\x01\n" +
+	"\breplicas\x18\x04 \x03(\v2\x1a.mooncake.store.v1.ReplicaR\breplicas\"\xe1\x01\n" +
 	"\x11PutCommitResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.mooncake.store.v1.StatusR\aresults\x12:\n" +
 	"\breserved\x18\x02 \x03(\v2\x1e.mooncake.store.v1.ReservationR\breserved\x12\x1d\n" +
 	"\n" +
-	"await_seal\x18\x03 \x01(\bR\tawaitSeal\"\x9d\x03\n" +
+	"await_seal\x18\x03 \x01(\bR\tawaitSeal\x12<\n" +
+	"\fseal_results\x18\x04 \x03(\v2\x19.mooncake.store.v1.StatusR\vsealResults\"\x9d\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
@@ -3861,79 +3883,80 @@ var file_master_proto_depIdxs = []int32{
 	3,  // 33: mooncake.store.v1.Reservation.replicas:type_name -> mooncake.store.v1.Replica
 	1,  // 34: mooncake.store.v1.PutCommitResponse.results:type_name -> mooncake.store.v1.Status
 	45, // 35: mooncake.store.v1.PutCommitResponse.reserved:type_name -> mooncake.store.v1.Reservation
-	7,  // 36: mooncake.store.v1.SessionRequest.put_start:type_name -> mooncake.store.v1.BatchPutStartRequest
-	9,  // 37: mooncake.store.v1.SessionRequest.put_end:type_name -> mooncake.store.v1.KeysRequest
-	9,  // 38: mooncake.store.v1.SessionRequest.put_revoke:type_name -> mooncake.store.v1.KeysRequest
-	9,  // 39: mooncake.store.v1.SessionRequest.get_replica_list:type_name -> mooncake.store.v1.KeysRequest
-	44, // 40: mooncake.store.v1.SessionRequest.put_commit:type_name -> mooncake.store.v1.PutCommitRequest
-	8,  // 41: mooncake.store.v1.SessionResponse.put_start:type_name -> mooncake.store.v1.BatchPutStartResponse
-	10, // 42: mooncake.store.v1.SessionResponse.put_end:type_name -> mooncake.store.v1.StatusList
-	10, // 43: mooncake.store.v1.SessionResponse.put_revoke:type_name -> mooncake.store.v1.StatusList
-	12, // 44: mooncake.store.v1.SessionResponse.get_replica_list:type_name -> mooncake.store.v1.BatchGetReplicaListResponse
-	46, // 45: mooncake.store.v1.SessionResponse.put_commit:type_name -> mooncake.store.v1.PutCommitResponse
-	7,  // 46: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
-	9,  // 47: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 48: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 49: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 50: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
-	9,  // 51: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
-	16, // 52: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
-	17, // 53: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	18, // 54: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
-	20, // 55: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
-	5,  // 56: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
-	23, // 57: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
-	23, // 58: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
-	23, // 59: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
-	23, // 60: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
-	23, // 61: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
-	24, // 62: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
-	25, // 63: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
-	9,  // 64: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
-	30, // 65: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
-	32, // 66: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
-	34, // 67: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
-	36, // 68: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
-	38, // 69: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
-	17, // 70: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
-	39, // 71: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
-	43, // 72: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
-	47, // 73: mooncake.store.v1.Master.Session:input_type -> mooncake.store.v1.SessionRequest
-	44, // 74: mooncake.store.v1.Master.BatchPutCommit:input_type -> mooncake.store.v1.PutCommitRequest
-	8,  // 75: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
-	10, // 76: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
-	10, // 77: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
-	12, // 78: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
-	14, // 79: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
-	10, // 80: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
-	1,  // 81: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
-	1,  // 82: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
-	19, // 83: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
-	22, // 84: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
-	6,  // 85: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
-	1,  // 86: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
-	1,  // 87: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
-	11, // 88: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
-	13, // 89: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
-	1,  // 90: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
-	26, // 91: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
-	26, // 92: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
-	29, // 93: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
-	1,  // 94: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
-	33, // 95: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
-	35, // 96: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
-	37, // 97: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
-	1,  // 98: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
-	1,  // 99: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
-	41, // 100: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
-	10, // 101: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
-	48, // 102: mooncake.store.v1.Master.Session:output_type -> mooncake.store.v1.SessionResponse
-	46, // 103: mooncake.store.v1.Master.BatchPutCommit:output_type -> mooncake.store.v1.PutCommitResponse
-	75, // [75:104] is the sub-list for method output_type
-	46, // [46:75] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	1,  // 36: mooncake.store.v1.PutCommitResponse.seal_results:type_name -> mooncake.store.v1.Status
+	7,  // 37: mooncake.store.v1.SessionRequest.put_start:type_name -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 38: mooncake.store.v1.SessionRequest.put_end:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 39: mooncake.store.v1.SessionRequest.put_revoke:type_name -> mooncake.store.v1.KeysRequest
+	9,  // 40: mooncake.store.v1.SessionRequest.get_replica_list:type_name -> mooncake.store.v1.KeysRequest
+	44, // 41: mooncake.store.v1.SessionRequest.put_commit:type_name -> mooncake.store.v1.PutCommitRequest
+	8,  // 42: mooncake.store.v1.SessionResponse.put_start:type_name -> mooncake.store.v1.BatchPutStartResponse
+	10, // 43: mooncake.store.v1.SessionResponse.put_end:type_name -> mooncake.store.v1.StatusList
+	10, // 44: mooncake.store.v1.SessionResponse.put_revoke:type_name -> mooncake.store.v1.StatusList
+	12, // 45: mooncake.store.v1.SessionResponse.get_replica_list:type_name -> mooncake.store.v1.BatchGetReplicaListResponse
+	46, // 46: mooncake.store.v1.SessionResponse.put_commit:type_name -> mooncake.store.v1.PutCommitResponse
+	7,  // 47: mooncake.store.v1.Master.BatchPutStart:input_type -> mooncake.store.v1.BatchPutStartRequest
+	9,  // 48: mooncake.store.v1.Master.BatchPutEnd:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 49: mooncake.store.v1.Master.BatchPutRevoke:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 50: mooncake.store.v1.Master.BatchGetReplicaList:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 51: mooncake.store.v1.Master.BatchExistKey:input_type -> mooncake.store.v1.KeysRequest
+	9,  // 52: mooncake.store.v1.Master.BatchRemove:input_type -> mooncake.store.v1.KeysRequest
+	16, // 53: mooncake.store.v1.Master.MountSegment:input_type -> mooncake.store.v1.MountSegmentRequest
+	17, // 54: mooncake.store.v1.Master.UnmountSegment:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	18, // 55: mooncake.store.v1.Master.Ping:input_type -> mooncake.store.v1.PingRequest
+	20, // 56: mooncake.store.v1.Master.GetStats:input_type -> mooncake.store.v1.StatsRequest
+	5,  // 57: mooncake.store.v1.Master.PutStart:input_type -> mooncake.store.v1.PutStartRequest
+	23, // 58: mooncake.store.v1.Master.PutEnd:input_type -> mooncake.store.v1.KeyRequest
+	23, // 59: mooncake.store.v1.Master.PutRevoke:input_type -> mooncake.store.v1.KeyRequest
+	23, // 60: mooncake.store.v1.Master.GetReplicaList:input_type -> mooncake.store.v1.KeyRequest
+	23, // 61: mooncake.store.v1.Master.ExistKey:input_type -> mooncake.store.v1.KeyRequest
+	23, // 62: mooncake.store.v1.Master.Remove:input_type -> mooncake.store.v1.KeyRequest
+	24, // 63: mooncake.store.v1.Master.RemoveByRegex:input_type -> mooncake.store.v1.RemoveByRegexRequest
+	25, // 64: mooncake.store.v1.Master.RemoveAll:input_type -> mooncake.store.v1.RemoveAllRequest
+	9,  // 65: mooncake.store.v1.Master.BatchGetSize:input_type -> mooncake.store.v1.KeysRequest
+	30, // 66: mooncake.store.v1.Master.ReMountSegment:input_type -> mooncake.store.v1.ReMountSegmentRequest
+	32, // 67: mooncake.store.v1.Master.ListSegments:input_type -> mooncake.store.v1.ListSegmentsRequest
+	34, // 68: mooncake.store.v1.Master.QuerySegment:input_type -> mooncake.store.v1.QuerySegmentRequest
+	36, // 69: mooncake.store.v1.Master.ListKeys:input_type -> mooncake.store.v1.ListKeysRequest
+	38, // 70: mooncake.store.v1.Master.MountLocalDisk:input_type -> mooncake.store.v1.MountLocalDiskRequest
+	17, // 71: mooncake.store.v1.Master.UnmountLocalDisk:input_type -> mooncake.store.v1.UnmountSegmentRequest
+	39, // 72: mooncake.store.v1.Master.PollTierTasks:input_type -> mooncake.store.v1.PollTierTasksRequest
+	43, // 73: mooncake.store.v1.Master.CompleteTierTasks:input_type -> mooncake.store.v1.CompleteTierTasksRequest
+	47, // 74: mooncake.store.v1.Master.Session:input_type -> mooncake.store.v1.SessionRequest
+	44, // 75: mooncake.store.v1.Master.BatchPutCommit:input_type -> mooncake.store.v1.PutCommitRequest
+	8,  // 76: mooncake.store.v1.Master.BatchPutStart:output_type -> mooncake.store.v1.BatchPutStartResponse
+	10, // 77: mooncake.store.v1.Master.BatchPutEnd:output_type -> mooncake.store.v1.StatusList
+	10, // 78: mooncake.store.v1.Master.BatchPutRevoke:output_type -> mooncake.store.v1.StatusList
+	12, // 79: mooncake.store.v1.Master.BatchGetReplicaList:output_type -> mooncake.store.v1.BatchGetReplicaListResponse
+	14, // 80: mooncake.store.v1.Master.BatchExistKey:output_type -> mooncake.store.v1.BatchExistKeyResponse
+	10, // 81: mooncake.store.v1.Master.BatchRemove:output_type -> mooncake.store.v1.StatusList
+	1,  // 82: mooncake.store.v1.Master.MountSegment:output_type -> mooncake.store.v1.Status
+	1,  // 83: mooncake.store.v1.Master.UnmountSegment:output_type -> mooncake.store.v1.Status
+	19, // 84: mooncake.store.v1.Master.Ping:output_type -> mooncake.store.v1.PingResponse
+	22, // 85: mooncake.store.v1.Master.GetStats:output_type -> mooncake.store.v1.StatsResponse
+	6,  // 86: mooncake.store.v1.Master.PutStart:output_type -> mooncake.store.v1.PutStartResult
+	1,  // 87: mooncake.store.v1.Master.PutEnd:output_type -> mooncake.store.v1.Status
+	1,  // 88: mooncake.store.v1.Master.PutRevoke:output_type -> mooncake.store.v1.Status
+	11, // 89: mooncake.store.v1.Master.GetReplicaList:output_type -> mooncake.store.v1.GetReplicaListResult
+	13, // 90: mooncake.store.v1.Master.ExistKey:output_type -> mooncake.store.v1.ExistResult
+	1,  // 91: mooncake.store.v1.Master.Remove:output_type -> mooncake.store.v1.Status
+	26, // 92: mooncake.store.v1.Master.RemoveByRegex:output_type -> mooncake.store.v1.CountResponse
+	26, // 93: mooncake.store.v1.Master.RemoveAll:output_type -> mooncake.store.v1.CountResponse
+	29, // 94: mooncake.store.v1.Master.BatchGetSize:output_type -> mooncake.store.v1.BatchGetSizeResponse
+	1,  // 95: mooncake.store.v1.Master.ReMountSegment:output_type -> mooncake.store.v1.Status
+	33, // 96: mooncake.store.v1.Master.ListSegments:output_type -> mooncake.store.v1.ListSegmentsResponse
+	35, // 97: mooncake.store.v1.Master.QuerySegment:output_type -> mooncake.store.v1.QuerySegmentResponse
+	37, // 98: mooncake.store.v1.Master.ListKeys:output_type -> mooncake.store.v1.ListKeysResponse
+	1,  // 99: mooncake.store.v1.Master.MountLocalDisk:output_type -> mooncake.store.v1.Status
+	1,  // 100: mooncake.store.v1.Master.UnmountLocalDisk:output_type -> mooncake.store.v1.Status
+	41, // 101: mooncake.store.v1.Master.PollTierTasks:output_type -> mooncake.store.v1.PollTierTasksResponse
+	10, // 102: mooncake.store.v1.Master.CompleteTierTasks:output_type -> mooncake.store.v1.StatusList
+	48, // 103: mooncake.store.v1.Master.Session:output_type -> mooncake.store.v1.SessionResponse
+	46, // 104: mooncake.store.v1.Master.BatchPutCommit:output_type -> mooncake.store.v1.PutCommitResponse
+	76, // [76:105] is the sub-list for method output_type
+	47, // [47:76] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_master_proto_init() }
