@@ -62,12 +62,16 @@ func TestReadersWaitForAPrecommittedWrite(t *testing.T) {
 	}
 	keys := func(k string) *pb.KeysRequest { return &pb.KeysRequest{ClientId: "reader", Keys: [][]byte{[]byte(k)}} }
 
-	h.precommit(t, "writer", "sealed", 4096)
 	got := make(chan *pb.BatchGetReplicaListResponse, 1)
-	go func() {
-		r, _ := h.srv.BatchGetReplicaList(context.Background(), keys("sealed"))
-		got <- r
-	}()
+	getAsync := func(k string) {
+		go func() {
+			r, _ := h.srv.BatchGetReplicaList(context.Background(), keys(k))
+			got <- r
+		}()
+	}
+
+	h.precommit(t, "writer", "sealed", 4096)
+	getAsync("sealed")
 	exists := make(chan *pb.BatchExistKeyResponse, 1)
 	await("get")
 	go func() {
@@ -87,10 +91,7 @@ func TestReadersWaitForAPrecommittedWrite(t *testing.T) {
 	assert.True(t, e.Results[0].Exists, "exists after the seal")
 
 	h.precommit(t, "writer", "revoked", 4096)
-	go func() {
-		r, _ := h.srv.BatchGetReplicaList(context.Background(), keys("revoked"))
-		got <- r
-	}()
+	getAsync("revoked")
 	await("get of the revoked key")
 	rv, err := h.srv.BatchPutRevoke(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: [][]byte{[]byte("revoked")}})
 	require.NoError(t, err)
