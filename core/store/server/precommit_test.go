@@ -90,6 +90,34 @@ func TestReadersWaitForAPrecommittedWrite(t *testing.T) {
 	require.Len(t, e.Results, 1)
 	assert.True(t, e.Results[0].Exists, "exists after the seal")
 
+	// GetSize and Remove wait the same way.
+	seal := func(k string) {
+		t.Helper()
+		end, err := h.srv.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: [][]byte{[]byte(k)}})
+		require.NoError(t, err)
+		wantCodes(t, "put end "+k, end.Results, store.OK)
+	}
+	h.precommit(t, "writer", "sized", 4096)
+	sized := make(chan *pb.BatchGetSizeResponse, 1)
+	go func() {
+		r, _ := h.srv.BatchGetSize(context.Background(), keys("sized"))
+		sized <- r
+	}()
+	await("get size")
+	seal("sized")
+	sz := <-sized
+	wantCodes(t, "size after the seal", []*pb.Status{sz.Results[0].Status}, store.OK)
+	assert.EqualValues(t, 4096, sz.Results[0].Size)
+	h.precommit(t, "writer", "removed", 4096)
+	removed := make(chan *pb.StatusList, 1)
+	go func() {
+		r, _ := h.srv.BatchRemove(context.Background(), &pb.KeysRequest{ClientId: "reader", Keys: [][]byte{[]byte("removed")}, Force: true})
+		removed <- r
+	}()
+	await("remove")
+	seal("removed")
+	wantCodes(t, "remove after the seal", (<-removed).Results, store.OK)
+
 	h.precommit(t, "writer", "revoked", 4096)
 	getAsync("revoked")
 	await("get of the revoked key")

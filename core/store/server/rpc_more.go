@@ -160,7 +160,9 @@ func (s *Server) RemoveAll(ctx context.Context, req *pb.RemoveAllRequest) (*pb.C
 
 // BatchGetSize implements storepb.MasterServer: per key, the value's size
 // (master.GetSize) and its description (master.Stat); no lease is granted.
+// A precommitted key is answered once its write ends (awaitSeals).
 func (s *Server) BatchGetSize(ctx context.Context, req *pb.KeysRequest) (*pb.BatchGetSizeResponse, error) {
+	s.awaitSeals(ctx, req.Keys)
 	out := &pb.BatchGetSizeResponse{Results: make([]*pb.GetSizeResult, len(req.Keys))}
 	s.mu.Lock()
 	defer s.unlock()

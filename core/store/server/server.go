@@ -381,8 +381,11 @@ func (s *Server) BatchPutRevoke(ctx context.Context, req *pb.KeysRequest) (*pb.S
 	return s.eachKey(req, func(m *master.Master, k string) error { return m.PutRevoke(req.ClientId, k) }), nil
 }
 
-// BatchRemove implements storepb.MasterServer (Remove per key, with force).
+// BatchRemove implements storepb.MasterServer (Remove per key, with
+// force). A precommitted key is removed once its write ends (awaitSeals),
+// as a put that returned is complete.
 func (s *Server) BatchRemove(ctx context.Context, req *pb.KeysRequest) (*pb.StatusList, error) {
+	s.awaitSeals(ctx, req.Keys)
 	return s.eachKey(req, func(m *master.Master, k string) error { return m.Remove(k, req.Force) }), nil
 }
 
@@ -496,7 +499,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 	return out, nil
 }
 
-// SealWait bounds how long a GetReplicaList or ExistKey waits for a
+// SealWait bounds how long a GetReplicaList, ExistKey, GetSize or Remove waits for a
 // precommitted write of one of its keys to end (PutEnd or PutRevoke; see
 // master.PrecommitReserved) before it answers as for any write in
 // progress (REPLICA_IS_NOT_READY, or not existing). A writer sends its
