@@ -499,10 +499,11 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 	return out, nil
 }
 
-// SealWait bounds how long a GetReplicaList, ExistKey, GetSize or Remove waits for a
-// precommitted write of one of its keys to end (PutEnd or PutRevoke; see
-// master.PrecommitReserved) before it answers as for any write in
-// progress (REPLICA_IS_NOT_READY, or not existing). A writer sends its
+// SealWait bounds how long a GetReplicaList, ExistKey, GetSize or Remove
+// waits for a precommitted write of one of its keys to end (PutEnd or
+// PutRevoke; see master.PrecommitReserved) before it answers as for any
+// write in progress (REPLICA_IS_NOT_READY, not existing, not ready to
+// remove). A writer sends its
 // PutEnd as soon as its write is done and before its put returns, so a
 // reader that started after the put returned waits about one message;
 // only a reader racing the put, or a writer that died between its
