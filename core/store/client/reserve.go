@@ -359,8 +359,8 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		// would wait for a PutEnd that never comes: revoke them (a key
 		// not committed answers OBJECT_NOT_FOUND there), then put them
 		// again (an existing key is a success there).
-		if precommit && ctx.Err() == nil {
-			c.revoke(ctx, committed, keys)
+		if precommit {
+			c.revoke(committed, keys)
 		}
 		if ctx.Err() != nil {
 			for _, i := range committed {
@@ -401,7 +401,7 @@ func (c *Client) commitReserved(ctx context.Context, keys []string, parts [][][]
 		// (say, leadership lost before it was replicated) is put again.
 		redo = append(redo, c.seal(seal, keys, resp.AwaitSeal)...)
 		if len(revoke) > 0 {
-			c.revoke(ctx, revoke, keys)
+			c.revoke(revoke, keys)
 			for _, i := range revoke {
 				if ctx.Err() != nil {
 					errs[i] = store.Errorf(store.TransferFail, "key %q: %v", keys[i], ctx.Err())
@@ -532,8 +532,11 @@ func (c *Client) sendSeals(keys [][]byte) *pb.StatusList {
 
 // revoke drops the precommitted writes idx (their values did not all
 // arrive, or the commit's answer was lost), waiting for the answer, so
-// that putting them again finds no write in progress.
-func (c *Client) revoke(ctx context.Context, idx []int, keys []string) {
+// that putting them again finds no write in progress. It is sent even
+// when the put's context has ended (a cancelled put), bounded by the
+// RPC timeout and cleanupTimeout, so that no reader waits for a seal
+// that never comes.
+func (c *Client) revoke(idx []int, keys []string) {
 	if len(idx) == 0 {
 		return
 	}
@@ -541,7 +544,7 @@ func (c *Client) revoke(ctx context.Context, idx []int, keys []string) {
 	for j, i := range idx {
 		in.Keys[j] = []byte(keys[i])
 	}
-	rctx, cancel := c.rpcCtx(ctx)
+	rctx, cancel := context.WithTimeout(context.Background(), min(c.cfg.RPCTimeout, cleanupTimeout))
 	defer cancel()
 	_, _ = c.batchPutRevoke(rctx, in)
 }
