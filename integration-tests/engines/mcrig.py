@@ -255,9 +255,9 @@ class Pool:
 
     def keys(self, prefix=""):
         """{key: size in bytes} of the complete objects whose key starts
-        with prefix."""
+        with prefix (every key: `ctl keys` lists 1000 by default)."""
         out = {}
-        for line in self.ctl("keys").splitlines()[1:]:
+        for line in self.ctl("keys", "--limit", "0").splitlines()[1:]:
             f = line.split()
             if len(f) >= 3 and f[0].startswith(prefix) and f[2] == "complete":
                 out[f[0]] = int(f[1])

@@ -10,16 +10,18 @@ Steps:
  1. A pool (`mooncake master` + one `mooncake node`) and a random Llama
     big enough that prefilling --prompt-tokens takes seconds here.
  2. Saver instance: prefills --repeats prompts (max_tokens=1); the
-    connector saves every full block. Its save throughput is
-    saved_bytes / save_busy_ns (wall time with a save in flight).
+    connector saves every full block. Its save throughput per prompt is
+    saved_bytes / save_busy_ns (wall time with a save in flight) of that
+    prompt's save.
  3. Loader instance (fresh process): for each prompt, first a new prompt
     of the same length (a miss: recomputed, TTFT "recompute"), then the
     saved prompt (a hit: loaded, TTFT "hit"); the first tokens must equal
-    the saver's. Load throughput: loaded_bytes / load_busy_ns.
+    the saver's. Load throughput per hit: loaded_bytes / load_busy_ns.
  4. Raw: a store client in this process reads the same objects with one
     batch_get_into and writes the same bytes with batch_put_from into a
-    registered buffer (the store's own zero-copy path); ratio = connector
-    GB/s / raw GB/s.
+    registered buffer (the store's own zero-copy path), 4 rounds; ratio =
+    the connector's median over the prompts / raw's median over rounds
+    2-4 (the all-bytes-over-all-busy-time figures are printed too).
 """
 
 import argparse
@@ -114,7 +116,11 @@ def main():
     ap.add_argument("--idle-wait-ms", type=float, default=None,
                     help="mc_idle_wait_ms of the connector (default: the connector's, 5; 0 lets vLLM's empty steps spin)")
     ap.add_argument("--executor", choices=["mp", "uni"], default="mp",
-                    help="vLLM's distributed_executor_backend: mp (vLLM's default here: the worker in its own process) or uni (in the engine core's process)")
+                    help="mp (vLLM's CPU default: front end, engine core and worker in three processes; the engine core spins on the "
+                         "worker's answer queue) or uni (VLLM_ENABLE_V1_MULTIPROCESSING=0 and distributed_executor_backend uni: all in one "
+                         "process, as vLLM runs one GPU by default; vLLM's CPU platform turns a bare uni back into mp)")
+    ap.add_argument("--omp-passive", action="store_true",
+                    help="OMP_WAIT_POLICY=PASSIVE for the instances: OpenMP threads sleep at once after a parallel region instead of spinning")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -129,7 +135,9 @@ def main():
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(max(2, -(-kv_per_token * a.prompt_tokens * (2 * a.repeats + 2) // (1 << 30)))),
+    env = {**({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if a.executor == "uni" else {}),
+           **({"OMP_WAIT_POLICY": "PASSIVE"} if a.omp_passive else {}),
+           "VLLM_CPU_KVCACHE_SPACE": str(max(2, -(-kv_per_token * a.prompt_tokens * (2 * a.repeats + 2) // (1 << 30)))),
            "VLLM_CPU_OMP_THREADS_BIND": a.bind}
     extra = store_config(pool, cache_prefix="bench")
     if a.sync:
@@ -140,7 +148,8 @@ def main():
     saved = [prompt(1000 + i, a.prompt_tokens) for i in range(a.repeats)]
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
-           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor}
+           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor,
+           "omp_passive": a.omp_passive}
     blocks_per_prompt = a.prompt_tokens // 32
 
     def flush(d):
@@ -172,14 +181,18 @@ def main():
         flush(saver)
         sbefore = counters(saver.metrics())
         base = len(bench_keys())
-        first, cold = [], []
+        first, cold, save_each = [], [], []
+        last = sbefore
         for i, p in enumerate(saved):
             t = time.perf_counter()
             first.append(saver.generate([p], max_tokens=1)[0]["tokens"])
             cold.append(time.perf_counter() - t)
             wait_saved(base + (i + 1) * blocks_per_prompt, f"prompt {i}'s blocks in the pool")
-        flush(saver)
-        safter = counters(saver.metrics())
+            flush(saver)
+            now = counters(saver.metrics())
+            save_each.append(gbps(now["saved_bytes"] - last["saved_bytes"], now["save_busy_ns"] - last["save_busy_ns"]))
+            last = now
+        safter = last
         sm = {k: safter[k] - sbefore[k] for k in safter}
         saver.close()
         keys = {k: v for k, v in bench_keys().items()}
@@ -198,28 +211,41 @@ def main():
         wait_saved(len(keys) + 8 + a.repeats * blocks_per_prompt, "the new prompts' blocks in the pool")
         flush(loader)
         before = counters(loader.metrics())
+        last, load_each = before, []
         for p, f in zip(saved, first):
             t = time.perf_counter()
             got = loader.generate([p], max_tokens=1)[0]
             hit.append(time.perf_counter() - t)
             assert got["tokens"] == f, ("a pool hit changed the first token", got["tokens"], f)
-        flush(loader)
-        m = loader.metrics()
+            flush(loader)
+            m = loader.metrics()
+            now = counters(m)
+            load_each.append(gbps(now["loaded_bytes"] - last["loaded_bytes"], now["load_busy_ns"] - last["load_busy_ns"]))
+            last = now
         loader.close()
-        after = counters(m)
+        after = last
         c = {k: after[k] - before[k] for k in after}
         out.update({
             "ttft_saver_s": cold, "ttft_recompute_s": recompute, "ttft_hit_s": hit,
             "ttft_recompute_median_s": statistics.median(recompute), "ttft_hit_median_s": statistics.median(hit),
             "external_hit_tokens": int(m.get("vllm:external_prefix_cache_hits", 0)),
             "saver": sm, "loader_hits": c,
-            "connector_load_gbps": gbps(c["loaded_bytes"], c["load_busy_ns"]),
-            "connector_save_gbps": gbps(sm["saved_bytes"], sm["save_busy_ns"]),
+            # Per prompt (one save of its blocks, one load of them), the
+            # median compared with raw's median round: one slow moment of
+            # the machine moves neither side's figure.
+            "connector_save_each_gbps": save_each, "connector_load_each_gbps": load_each,
+            "connector_load_gbps": statistics.median(load_each),
+            "connector_save_gbps": statistics.median(save_each),
+            # All prompts' bytes over all busy time (the mean view).
+            "connector_load_total_gbps": gbps(c["loaded_bytes"], c["load_busy_ns"]),
+            "connector_save_total_gbps": gbps(sm["saved_bytes"], sm["save_busy_ns"]),
         })
         out["ttft_speedup"] = out["ttft_recompute_median_s"] / out["ttft_hit_median_s"]
         out.update(raw_figures(pool, keys, rounds=4))
         out["load_ratio"] = out["connector_load_gbps"] / out["raw_get_gbps"]
         out["save_ratio"] = out["connector_save_gbps"] / out["raw_put_gbps"]
+        out["load_total_ratio"] = out["connector_load_total_gbps"] / out["raw_get_gbps"]
+        out["save_total_ratio"] = out["connector_save_total_gbps"] / out["raw_put_gbps"]
         out["elapsed_s"] = time.monotonic() - t0
         out["loadavg"] = os.getloadavg()
     finally:
@@ -228,12 +254,14 @@ def main():
         print(json.dumps(out, indent=1))
         return
     print(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {kv_per_token} KV bytes/token; "
-          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; executor {a.executor}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
+          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; executor {a.executor}{', OMP passive' if a.omp_passive else ''}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
     print(f"TTFT recompute (miss)  median {out['ttft_recompute_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in recompute]}")
     print(f"TTFT pool hit          median {out['ttft_hit_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in hit]}")
     print(f"TTFT speed-up          {out['ttft_speedup']:.1f} x   (external hit tokens {out['external_hit_tokens']})")
-    print(f"load  connector {out['connector_load_gbps']:6.2f} GB/s   raw batch_get_into {out['raw_get_gbps']:6.2f} GB/s   ratio {out['load_ratio']:.2f}")
-    print(f"save  connector {out['connector_save_gbps']:6.2f} GB/s   raw batch_put_from {out['raw_put_gbps']:6.2f} GB/s   ratio {out['save_ratio']:.2f}")
+    print(f"load  connector {out['connector_load_gbps']:6.2f} GB/s   raw batch_get_into {out['raw_get_gbps']:6.2f} GB/s   ratio {out['load_ratio']:.2f}"
+          f"   (medians; per prompt {[round(x, 2) for x in load_each]}; all bytes / all busy time {out['connector_load_total_gbps']:.2f} = {out['load_total_ratio']:.2f})")
+    print(f"save  connector {out['connector_save_gbps']:6.2f} GB/s   raw batch_put_from {out['raw_put_gbps']:6.2f} GB/s   ratio {out['save_ratio']:.2f}"
+          f"   (medians; per prompt {[round(x, 2) for x in save_each]}; all bytes / all busy time {out['connector_save_total_gbps']:.2f} = {out['save_total_ratio']:.2f})")
     print(f"raw rounds: get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
     print(f"connector: saver {out['saver']}, loader {out['loader_hits']}")
     print(f"logs: {work}")
