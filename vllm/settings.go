@@ -117,8 +117,18 @@ type Settings struct {
 	Extra json.RawMessage `json:"kv_connector_extra_config"`
 
 	// From Extra (see ParseSettings).
-	Mode            string        `json:"-"`
-	LoadAsync       bool          `json:"-"`
+	Mode      string `json:"-"`
+	LoadAsync bool   `json:"-"`
+	// SaveAsync (mc_save_async, default true): wait_for_save starts the
+	// step's saves and returns; vLLM holds a finished request's blocks
+	// until get_finished reports its saves done. False makes
+	// wait_for_save return only once the step's saves are in the pool
+	// (bounded by mc_save_timeout_ms; past it the saves go on in the
+	// background and finish as with true): the forward's step ends that
+	// much later, but no engine thread runs beside the copies, and a
+	// request's KV is in the pool when its last step returns. Ours;
+	// upstream's connectors have no such key.
+	SaveAsync       bool          `json:"-"`
 	CachePrefix     string        `json:"-"`
 	LookupTimeout   time.Duration `json:"-"`
 	LoadTimeout     time.Duration `json:"-"`
@@ -152,6 +162,7 @@ type Settings struct {
 type extraKeys struct {
 	Mode            *string  `json:"mc_mode"`
 	LoadAsync       *bool    `json:"load_async"`
+	SaveAsync       *bool    `json:"mc_save_async"`
 	CachePrefix     *string  `json:"cache_prefix"`
 	LookupTimeoutMS *float64 `json:"mc_lookup_timeout_ms"`
 	LoadTimeoutMS   *float64 `json:"mc_load_timeout_ms"`
@@ -198,7 +209,7 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	if s.Host == "" {
 		s.Host = "127.0.0.1"
 	}
-	s.Mode, s.LoadAsync = ModeStore, true
+	s.Mode, s.LoadAsync, s.SaveAsync = ModeStore, true, true
 	s.LookupTimeout, s.LoadTimeout, s.SaveTimeout = 5*time.Second, 30*time.Second, 30*time.Second
 	s.BootstrapPort, s.AbortTimeout = 8998, 480*time.Second
 	s.PoolRequired, s.ConnectTimeout = true, 10*time.Second
@@ -214,6 +225,9 @@ func ParseSettings(data []byte, env map[string]string) (Settings, error) {
 	}
 	if ex.LoadAsync != nil {
 		s.LoadAsync = *ex.LoadAsync
+	}
+	if ex.SaveAsync != nil {
+		s.SaveAsync = *ex.SaveAsync
 	}
 	if ex.CachePrefix != nil {
 		s.CachePrefix = *ex.CachePrefix

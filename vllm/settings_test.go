@@ -19,6 +19,7 @@ func TestParseSettingsDefaults(t *testing.T) {
 	want := map[string][2]any{
 		"Mode":            {s.Mode, ModeStore},
 		"LoadAsync":       {s.LoadAsync, true},
+		"SaveAsync":       {s.SaveAsync, true},
 		"CachePrefix":     {s.CachePrefix, ""},
 		"LookupTimeout":   {s.LookupTimeout, 5 * time.Second},
 		"LoadTimeout":     {s.LoadTimeout, 30 * time.Second},
@@ -46,7 +47,7 @@ func TestParseSettingsDefaults(t *testing.T) {
 
 func TestParseSettingsExtraAndEnv(t *testing.T) {
 	extra := map[string]any{
-		"mc_mode": "pd", "load_async": false, "cache_prefix": "tenant-a",
+		"mc_mode": "pd", "load_async": false, "mc_save_async": false, "cache_prefix": "tenant-a",
 		"mc_lookup_timeout_ms": 250, "mc_load_timeout_ms": 1500.5, "mc_save_timeout_ms": 2000, "mc_idle_wait_ms": 0,
 		"bootstrap_server_address": "10.0.0.9:7000", "save_decode_cache": true,
 		"master_server_address": "ignored-here:1", // a pool key: not the connector's
@@ -59,6 +60,7 @@ func TestParseSettingsExtraAndEnv(t *testing.T) {
 	want := map[string][2]any{
 		"Mode":            {s.Mode, ModePD},
 		"LoadAsync":       {s.LoadAsync, false},
+		"SaveAsync":       {s.SaveAsync, false},
 		"CachePrefix":     {s.CachePrefix, "tenant-a"},
 		"LookupTimeout":   {s.LookupTimeout, 250 * time.Millisecond},
 		"LoadTimeout":     {s.LoadTimeout, 1500500 * time.Microsecond},
@@ -100,6 +102,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{"not JSON", []byte(`{"kv_role":`), nil, "settings JSON"},
 		{"extra not an object", []byte(`{"kv_role":"kv_both","kv_connector_extra_config":[1]}`), nil, "kv_connector_extra_config"},
 		{"extra wrong type", settingsJSON(t, KVBoth, map[string]any{"load_async": "yes"}, nil), nil, "load_async"},
+		{"mc_save_async wrong type", settingsJSON(t, KVBoth, map[string]any{"mc_save_async": 0}, nil), nil, "mc_save_async"},
 		{"kv_role", settingsJSON(t, "kv_sometimes", nil, nil), nil, "kv_role"},
 		{"kv_role missing", settingsJSON(t, KVBoth, nil, map[string]any{"kv_role": nil}), nil, "kv_role"},
 		{"mc_mode", settingsJSON(t, KVBoth, map[string]any{"mc_mode": "p2p"}, nil), nil, "mc_mode"},

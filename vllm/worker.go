@@ -352,6 +352,7 @@ func (w *Worker) RegisterKVCaches(ctx context.Context, regions []Region) error {
 		rt, err := runtime.NewWorker(runtime.WorkerConfig{
 			Namespace: ns, Loader: loader{w}, Saver: saver{w},
 			LoadTimeout: w.s.LoadTimeout, SaveTimeout: w.s.SaveTimeout,
+			SyncSave: !w.s.SaveAsync,
 		})
 		if err != nil {
 			if closer != nil {
@@ -699,7 +700,10 @@ func (w *Worker) HandlePreemptions(ctx context.Context, reqIDs []string) error {
 
 // WaitForSave is wait_for_save: the forward has written this step's
 // blocks, so the step's saves start now (in the background; the request's
-// blocks stay held until it is in finished-sending).
+// blocks stay held until it is in finished-sending). With mc_save_async
+// false it returns once they are done (layer-wise: the saves started
+// with the step), bounded by the save timeout; the error then names the
+// timeout and the saves go on in the background.
 func (w *Worker) WaitForSave() error {
 	w.mu.Lock()
 	p := w.pending
@@ -709,10 +713,18 @@ func (w *Worker) WaitForSave() error {
 		w.gate.openAll() // layer-wise: every layer was written
 	}
 	w.mu.Unlock()
-	if rt == nil || len(p.Saves)+len(p.Finished) == 0 {
+	if rt == nil {
 		return nil
 	}
-	return rt.Start(p)
+	if len(p.Saves)+len(p.Finished) > 0 {
+		if err := rt.Start(p); err != nil {
+			return err
+		}
+	}
+	if !w.s.SaveAsync {
+		return rt.WaitForSave(context.Background())
+	}
+	return nil
 }
 
 // GetFinished is get_finished plus get_block_ids_with_load_errors: it

@@ -112,6 +112,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--layers", type=int, default=BENCH_LLAMA["num_hidden_layers"])
     ap.add_argument("--sync", action="store_true", help="synchronous loads (load_async false) instead of vLLM's async path")
+    ap.add_argument("--save-sync", action="store_true",
+                    help="mc_save_async false: wait_for_save returns once the step's saves are in the pool (no engine thread runs beside the copies)")
     ap.add_argument("--bind", default="0-1", help="VLLM_CPU_OMP_THREADS_BIND of the instances (one runs at a time; default both cores)")
     ap.add_argument("--idle-wait-ms", type=float, default=None,
                     help="mc_idle_wait_ms of the connector (default: the connector's, 5; 0 lets vLLM's empty steps spin)")
@@ -142,13 +144,15 @@ def main():
     extra = store_config(pool, cache_prefix="bench")
     if a.sync:
         extra["load_async"] = False
+    if a.save_sync:
+        extra["mc_save_async"] = False
     if a.idle_wait_ms is not None:
         extra["mc_idle_wait_ms"] = a.idle_wait_ms
     ktc = {**CONNECTOR, "kv_role": "kv_both", "kv_connector_extra_config": extra}
     saved = [prompt(1000 + i, a.prompt_tokens) for i in range(a.repeats)]
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
-           "load_async": not a.sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor,
+           "load_async": not a.sync, "save_async": not a.save_sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor,
            "omp_passive": a.omp_passive}
     blocks_per_prompt = a.prompt_tokens // 32
 
@@ -254,7 +258,7 @@ def main():
         print(json.dumps(out, indent=1))
         return
     print(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, {kv_per_token} KV bytes/token; "
-          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; executor {a.executor}{', OMP passive' if a.omp_passive else ''}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
+          f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; {'sync' if a.save_sync else 'async'} saves; executor {a.executor}{', OMP passive' if a.omp_passive else ''}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
     print(f"TTFT recompute (miss)  median {out['ttft_recompute_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in recompute]}")
     print(f"TTFT pool hit          median {out['ttft_hit_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in hit]}")
     print(f"TTFT speed-up          {out['ttft_speedup']:.1f} x   (external hit tokens {out['external_hit_tokens']})")

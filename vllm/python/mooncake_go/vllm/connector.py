@@ -190,7 +190,7 @@ def _block_size(vllm_config):
 # loader, or by upstream's Mooncake connectors (accepted and ignored).
 KNOWN_EXTRA_KEYS = frozenset(
     """mc_mode mc_layerwise mc_layout mc_num_layers mc_lookup_timeout_ms mc_load_timeout_ms mc_save_timeout_ms
-    mc_pool_required mc_connect_timeout_ms mc_idle_wait_ms
+    mc_pool_required mc_connect_timeout_ms mc_idle_wait_ms mc_save_async
     mc_tls_ca_file mc_tls_cert_file mc_tls_key_file mc_tls_server_name
     mc_etcd_tls_ca_file mc_etcd_tls_cert_file mc_etcd_tls_key_file
     load_async cache_prefix save_decode_cache bootstrap_server_address preferred_segment
