@@ -327,14 +327,6 @@ bench-p2p: build
 bench-transfer: build
 	./scripts/bench-transfer.sh
 
-# A single-thread copy on one CPU with the neighbouring CPU idle, running
-# a sched_yield spin (vLLM's queue waits) or a busy loop: how much work
-# beside a copy slows it on this machine (read before judging in-engine
-# transfer figures measured on 2 vCPUs).
-.PHONY: bench-cpu-interference
-bench-cpu-interference: build
-	./scripts/bench-cpu-interference.sh
-
 # Pool put/get vs redis-server SET/GET (redis-benchmark), same value sizes
 # and concurrency, same run; installs Debian's redis-server when missing.
 bench-store: build
