@@ -92,16 +92,18 @@ def test_save_then_load_in_fresh_processes(pool, start, baseline, tmp_path):
 
 def test_loaded_kv_is_used(pool, start, baseline):
     """Overwriting the pooled blocks' bytes changes the next process's
-    tokens; restoring them brings the baseline's tokens back."""
+    tokens; restoring them brings the baseline's tokens back. The saver
+    runs with mc_save_async false: every block is in the pool when
+    generate returns (its steps end only once their saves are done)."""
     from mooncake_go.store import Store
 
     prompts = PROMPTS[:2]
     extra = store_config(pool, cache_prefix="used")
-    saver = start("saver", ktc=ktc(**extra))
+    saver = start("saver", ktc=ktc(**extra, mc_save_async=False))
     assert saver.tokens(prompts) == baseline["store"][:2]
-    saver.close()
     keys = sorted(tenant_keys(pool, "used"))
-    assert len(keys) == 3 + 7
+    assert len(keys) == 3 + 7, f"pool keys when generate returned (synchronous saves): {keys}"
+    saver.close()
 
     st = Store()
     st.setup("127.0.0.1", pool.metadata, 0, 16 << 20, "tcp", "", pool.master)
