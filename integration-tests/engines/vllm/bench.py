@@ -97,7 +97,7 @@ def raw_figures(pool, keys, rounds, batch):
                 t = time.perf_counter()
                 res = st.batch_get_into(ks, ps, ss)
                 dt = time.perf_counter() - t
-                assert all(n == sz for n, sz in zip(res, ss)), res[:4]
+                assert all(n == sz for n, sz in zip(res, ss)), [(k, n, sz) for k, n, sz in zip(ks, res, ss) if n != sz][:4]
                 get[-1].append(sum(ss) / dt / 1e9)
                 fresh = [f"bench-raw/{r}/{lo + i}" for i in range(len(ks))]
                 t = time.perf_counter()
@@ -145,7 +145,10 @@ def main():
     t0 = time.monotonic()
     model = mcrig.tiny_llama(sys.executable, cfg, seed=1)
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
-    pool_bytes = kv_per_token * a.prompt_tokens * (2 * a.repeats + 2)  # saved + fresh prompts + one raw round
+    # Saved and fresh prompts, the two warm-ups' 8 blocks each and one raw
+    # batch (one prompt's worth), under the master's eviction watermark
+    # (0.9) with room to spare: an eviction would drop objects raw reads.
+    pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1) + kv_per_token * 32 * 16) * 5 // 4
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
