@@ -17,18 +17,20 @@ Steps:
     of the same length (a miss: recomputed, TTFT "recompute"), then the
     saved prompt (a hit: loaded, TTFT "hit"); the first tokens must equal
     the saver's. Load throughput per hit: loaded_bytes / load_busy_ns.
- 4. Raw: a store client in this process reads the same objects, one
-    prompt's worth (--prompt-tokens / 32 objects) per batch_get_into, and
-    writes the same bytes with batch_put_from from a registered buffer
-    (the store's own zero-copy path), 4 rounds; ratio = the connector's
-    median over the prompts / raw's median over the batches of rounds
-    2-4 (the all-bytes-over-all-busy-time figures are printed too).
+ 4. Raw, twice: a store client reads the same objects, one prompt's
+    worth (--prompt-tokens / 32 objects) per batch_get_into, and writes
+    the same bytes with batch_put_from from a registered buffer (the
+    store's own zero-copy path), 4 rounds: first in the loader's worker
+    process while the engine runs (llm.collective_rpc: the same process
+    and the same vLLM processes beside it on the cores as the
+    connector's loads), then in this process with vLLM gone (the machine
+    to itself). Ratio = the connector's median over the prompts / raw's
+    median over the batches of rounds 2-4 (the all-bytes-over-all-busy-
+    time figures are printed too).
 """
 
 import argparse
-import ctypes
 import json
-import mmap
 import os
 import pathlib
 import statistics
@@ -42,6 +44,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import mcrig  # noqa: E402
 from conftest import CONNECTOR, ENGINE, Driver, prompt, store_config  # noqa: E402
+from driver import raw_moves  # noqa: E402
 
 for _p in mcrig.PYTHON_DIRS:
     sys.path.insert(0, str(_p))
@@ -64,58 +67,17 @@ def counters(m):
             ("saved_blocks", "loaded_blocks", "failed_blocks", "saved_bytes", "loaded_bytes", "load_busy_ns", "save_busy_ns")}
 
 
-def raw_figures(pool, keys, rounds, batch):
-    """GB/s of the raw store client moving the objects keys, batch at a time
-    (the connector's save or load of one prompt moves one such batch in
-    one call): one batch_get_into of each batch, and one batch_put_from of
-    the same sizes under fresh keys (removed again after it), through a
-    registered buffer; the median over the batches of the rounds after the
-    first (keys left over from whole batches are not moved)."""
-    from mooncake_go.store import Store
-
-    names = sorted(keys)
-    names = names[:len(names) - len(names) % batch]
-    assert names, f"fewer than {batch} objects to move"
-    sizes = [keys[k] for k in names]
-    total = sum(sizes)
-    buf = mmap.mmap(-1, total)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    ptrs, off = [], 0
-    for sz in sizes:
-        ptrs.append(base + off)
-        off += sz
-    st = Store()
-    st.setup("127.0.0.1", pool.metadata, 0, 16 << 20, "tcp", "", pool.master)
-    get, put = [], []  # per round, per batch
-    try:
-        st.register_buffer(base, total)
-        for r in range(rounds):
-            get.append([])
-            put.append([])
-            for lo in range(0, len(names), batch):
-                ks, ps, ss = names[lo:lo + batch], ptrs[lo:lo + batch], sizes[lo:lo + batch]
-                t = time.perf_counter()
-                res = st.batch_get_into(ks, ps, ss)
-                dt = time.perf_counter() - t
-                assert all(n == sz for n, sz in zip(res, ss)), [(k, n, sz) for k, n, sz in zip(ks, res, ss) if n != sz][:4]
-                get[-1].append(sum(ss) / dt / 1e9)
-                fresh = [f"bench-raw/{r}/{lo + i}" for i in range(len(ks))]
-                t = time.perf_counter()
-                res = st.batch_put_from(fresh, ps, ss)
-                dt = time.perf_counter() - t
-                assert all(x == 0 for x in res), res[:4]
-                put[-1].append(sum(ss) / dt / 1e9)
-                for k in fresh:
-                    st.remove(k, force=True)
-        st.unregister_buffer(base)
-    finally:
-        st.close()
-    # The first round maps the node's segment into this process and faults
-    # its pages in; the connector's figures exclude that too (warm-up).
-    return {"raw_get_gbps": statistics.median(x for rd in get[1:] for x in rd),
-            "raw_put_gbps": statistics.median(x for rd in put[1:] for x in rd),
-            "raw_bytes": total, "raw_rounds": rounds, "raw_batch": batch,
-            "raw_get_rounds_gbps": [statistics.median(rd) for rd in get], "raw_put_rounds_gbps": [statistics.median(rd) for rd in put]}
+def raw_figures(moved, prefix="raw"):
+    """The figures of driver.raw_moves' result: the median GB/s over the
+    batches of the rounds after the first (the first maps the node's
+    segment into the process and faults the buffer in; the connector's
+    figures exclude that too, by their warm-ups), and each round's median."""
+    get, put = moved["get"], moved["put"]
+    return {f"{prefix}_get_gbps": statistics.median(x for rd in get[1:] for x in rd),
+            f"{prefix}_put_gbps": statistics.median(x for rd in put[1:] for x in rd),
+            f"{prefix}_bytes": moved["bytes"], f"{prefix}_rounds": len(get),
+            f"{prefix}_get_rounds_gbps": [statistics.median(rd) for rd in get],
+            f"{prefix}_put_rounds_gbps": [statistics.median(rd) for rd in put]}
 
 
 def main():
@@ -152,7 +114,10 @@ def main():
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
-    env = {**({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if a.executor == "uni" else {}),
+    # VLLM_ALLOW_INSECURE_SERIALIZATION: llm.collective_rpc sends the raw
+    # step's function to the worker pickled (this benchmark's own code).
+    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+           **({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if a.executor == "uni" else {}),
            **({"OMP_WAIT_POLICY": "PASSIVE"} if a.omp_passive else {}),
            "VLLM_CPU_KVCACHE_SPACE": str(max(2, -(-kv_per_token * a.prompt_tokens * (2 * a.repeats + 2) // (1 << 30)))),
            "VLLM_CPU_OMP_THREADS_BIND": a.bind}
@@ -241,8 +206,14 @@ def main():
             now = counters(m)
             load_each.append(gbps(now["loaded_bytes"] - last["loaded_bytes"], now["load_busy_ns"] - last["load_busy_ns"]))
             last = now
-        loader.close()
         after = last
+        # Raw in the loader's worker process while the engine runs: the
+        # same process, the same neighbours on the 2 cores (vLLM's engine
+        # core waits for the worker's answer as in a step), the same objects.
+        ranks = loader.cmd("raw_in_worker", timeout=600, master=pool.master, metadata=pool.metadata,
+                           keys=keys, batch=blocks_per_prompt, rounds=4)["ranks"]
+        out.update(raw_figures(ranks[0], prefix="raw_in_worker"))
+        loader.close()
         c = {k: after[k] - before[k] for k in after}
         out.update({
             "ttft_saver_s": cold, "ttft_recompute_s": recompute, "ttft_hit_s": hit,
@@ -260,9 +231,11 @@ def main():
             "connector_save_total_gbps": gbps(sm["saved_bytes"], sm["save_busy_ns"]),
         })
         out["ttft_speedup"] = out["ttft_recompute_median_s"] / out["ttft_hit_median_s"]
-        out.update(raw_figures(pool, keys, rounds=4, batch=blocks_per_prompt))
+        out.update(raw_figures(raw_moves(pool.master, pool.metadata, keys, blocks_per_prompt, 4)))
         out["load_ratio"] = out["connector_load_gbps"] / out["raw_get_gbps"]
         out["save_ratio"] = out["connector_save_gbps"] / out["raw_put_gbps"]
+        out["load_ratio_in_worker"] = out["connector_load_gbps"] / out["raw_in_worker_get_gbps"]
+        out["save_ratio_in_worker"] = out["connector_save_gbps"] / out["raw_in_worker_put_gbps"]
         out["load_total_ratio"] = out["connector_load_total_gbps"] / out["raw_get_gbps"]
         out["save_total_ratio"] = out["connector_save_total_gbps"] / out["raw_put_gbps"]
         out["elapsed_s"] = time.monotonic() - t0
@@ -281,7 +254,10 @@ def main():
           f"   (medians; per prompt {[round(x, 2) for x in load_each]}; all bytes / all busy time {out['connector_load_total_gbps']:.2f} = {out['load_total_ratio']:.2f})")
     print(f"save  connector {out['connector_save_gbps']:6.2f} GB/s   raw batch_put_from {out['raw_put_gbps']:6.2f} GB/s   ratio {out['save_ratio']:.2f}"
           f"   (medians; per prompt {[round(x, 2) for x in save_each]}; all bytes / all busy time {out['connector_save_total_gbps']:.2f} = {out['save_total_ratio']:.2f})")
-    print(f"raw rounds (median of the round's batches of {out['raw_batch']} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
+    print(f"raw in the loader's worker, engine running: get {out['raw_in_worker_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_worker']:.2f}),"
+          f" put {out['raw_in_worker_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_worker']:.2f});"
+          f" rounds get {[round(x, 2) for x in out['raw_in_worker_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_in_worker_put_rounds_gbps']]}")
+    print(f"raw rounds (median of the round's batches of {blocks_per_prompt} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
     print(f"connector: saver {out['saver']}, loader {out['loader_hits']}")
     print(f"logs: {work}")
 

@@ -16,6 +16,11 @@ builds the LLM, then answers one JSON line per JSON command line:
                               process: VLLM_ENABLE_V1_MULTIPROCESSING=0)
     {"op": "step", "n": k} -> {"steps": k} (runs the engine loop k times,
                               e.g. so a P/D producer frees sent blocks)
+    {"op": "raw_in_worker", "master", "metadata", "keys": {key: bytes},
+     "batch", "rounds"}    -> {"ranks": [raw_moves(...) per worker]}: the
+                              raw store client in each worker process,
+                              sent by llm.collective_rpc while the engine
+                              runs (needs VLLM_ALLOW_INSECURE_SERIALIZATION=1)
     {"op": "exit"}         -> {"bye": true}, then shuts vLLM down
 
 Replies go to the original stdout only; everything vLLM prints goes to
@@ -28,6 +33,63 @@ import os
 import sys
 import time
 import traceback
+
+
+def raw_moves(master, metadata, keys, batch, rounds):
+    """The raw store client (mooncake_go.store) moving the objects keys
+    ({key: bytes}), batch objects per call: each batch read with one
+    batch_get_into into a registered buffer, then written under fresh keys
+    (removed after) with one batch_put_from, rounds times. Returns
+    {"get": [[GB/s per batch] per round], "put": [...], "bytes": n}; keys
+    left over from whole batches are not moved. AssertionError when a read
+    or write of an object fails, naming the first ones."""
+    import ctypes
+    import mmap
+
+    from mooncake_go.store import Store
+
+    names = sorted(keys)
+    names = names[:len(names) - len(names) % batch]
+    assert names, f"fewer than {batch} objects to move"
+    sizes = [keys[k] for k in names]
+    total = sum(sizes)
+    buf = mmap.mmap(-1, total)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    ptrs, off = [], 0
+    for sz in sizes:
+        ptrs.append(base + off)
+        off += sz
+    st = Store()
+    st.setup("127.0.0.1", metadata, 0, 16 << 20, "tcp", "", master)
+    get, put = [], []
+    try:
+        st.register_buffer(base, total)
+        for r in range(rounds):
+            get.append([])
+            put.append([])
+            for lo in range(0, len(names), batch):
+                ks, ps, ss = names[lo:lo + batch], ptrs[lo:lo + batch], sizes[lo:lo + batch]
+                t = time.perf_counter()
+                res = st.batch_get_into(ks, ps, ss)
+                dt = time.perf_counter() - t
+                assert all(n == sz for n, sz in zip(res, ss)), [(k, n, sz) for k, n, sz in zip(ks, res, ss) if n != sz][:4]
+                get[-1].append(sum(ss) / dt / 1e9)
+                fresh = [f"bench-raw/{os.getpid()}/{r}/{lo + i}" for i in range(len(ks))]
+                t = time.perf_counter()
+                res = st.batch_put_from(fresh, ps, ss)
+                dt = time.perf_counter() - t
+                assert all(x == 0 for x in res), res[:4]
+                put[-1].append(sum(ss) / dt / 1e9)
+                for k in fresh:
+                    st.remove(k, force=True)
+        st.unregister_buffer(base)
+    finally:
+        st.close()
+    return {"get": get, "put": put, "bytes": total}
+
+
+def _raw_in_worker(worker, *args):
+    return raw_moves(*args)
 
 
 def _reply_channel():
@@ -146,6 +208,9 @@ def main():
                 for _ in range(int(cmd.get("n", 1))):
                     llm.llm_engine.step()
                 reply = {"steps": int(cmd.get("n", 1))}
+            elif op == "raw_in_worker":
+                args = (cmd["master"], cmd["metadata"], cmd["keys"], int(cmd["batch"]), int(cmd["rounds"]))
+                reply = {"ranks": llm.collective_rpc(_raw_in_worker, args=args)}
             elif op == "exit":
                 out.write(json.dumps({"bye": True}) + "\n")
                 out.flush()
