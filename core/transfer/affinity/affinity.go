@@ -22,13 +22,17 @@
 package affinity
 
 import (
+	"runtime"
+
 	"golang.org/x/sys/unix"
 )
 
 // startMask is the calling thread's CPU mask when the package was
-// initialised (the Go runtime's start-up, before an engine pinned any
-// thread it calls us on: vLLM loads the library before it binds its
-// threads); startCPUs counts it (0 when it could not be read).
+// initialised, i.e. what the Go runtime started with: the Python package
+// mooncake_go loads the library with the loading thread widened to every
+// CPU the process may use (MC_KEEP_AFFINITY=1 keeps the caller's mask,
+// e.g. a taskset: then that is the start mask); startCPUs counts it (0
+// when it could not be read).
 var (
 	startMask unix.CPUSet
 	startCPUs int
@@ -55,11 +59,17 @@ func StartCPUs() int { return startCPUs }
 //
 // The goroutine may later run on another thread: call Widen where a
 // goroutine that moves bytes starts, so each thread that runs such
-// goroutines is widened the first time it does.
+// goroutines is widened the first time it does. Called now by the
+// transfer engine's batch workers, a tcp connection's reader and writer,
+// the shm prefault and the connector runtime's jobs.
 func Widen() bool {
 	if startCPUs < 2 {
 		return false
 	}
+	// Read and set the mask of one thread: unlocked, the goroutine could
+	// move to another thread between the two calls.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var cur unix.CPUSet
 	if unix.SchedGetaffinity(0, &cur) != nil || cur == startMask {
 		return false

@@ -9,18 +9,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// onLockedThread runs fn on a goroutine locked to its own OS thread; the
-// thread exits afterwards (the goroutine returns still locked), so a mask
-// fn sets does not leak into other tests.
-func onLockedThread(t *testing.T, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
+// onLockedThread runs fn on a goroutine locked to its own OS thread and
+// returns its error; the thread exits afterwards (the goroutine returns
+// still locked), so a mask fn sets does not leak into other tests. fn
+// must not call t.FailNow (require): only the test's goroutine may.
+func onLockedThread(fn func() error) error {
+	done := make(chan error, 1)
 	go func() {
-		defer close(done)
 		runtime.LockOSThread()
-		fn()
+		done <- fn()
 	}()
-	<-done
+	return <-done
 }
 
 func firstCPU(s unix.CPUSet) int {
@@ -36,44 +35,51 @@ func TestWidenRestoresStartMask(t *testing.T) {
 	if StartCPUs() < 2 {
 		t.Skipf("the process started on %d CPU(s): nothing to widen", StartCPUs())
 	}
-	onLockedThread(t, func() {
+	var widened, again bool
+	var got unix.CPUSet
+	err := onLockedThread(func() error {
 		var one unix.CPUSet
 		one.Set(firstCPU(startMask))
-		require.NoError(t, unix.SchedSetaffinity(0, &one), "pinning the test thread")
-		assert.True(t, Widen(), "a thread pinned to one CPU of the start mask is widened")
-		var got unix.CPUSet
-		require.NoError(t, unix.SchedGetaffinity(0, &got))
-		assert.Equal(t, startMask, got, "the thread runs on the start mask again")
-		assert.False(t, Widen(), "a thread on the start mask is left alone")
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			return err
+		}
+		widened = Widen()
+		if err := unix.SchedGetaffinity(0, &got); err != nil {
+			return err
+		}
+		again = Widen()
+		return nil
 	})
+	require.NoError(t, err)
+	assert.True(t, widened, "a thread pinned to one CPU of the start mask is widened")
+	assert.Equal(t, startMask, got, "the thread runs on the start mask again")
+	assert.False(t, again, "a thread on the start mask is left alone")
 }
 
 func TestWidenLeavesForeignMask(t *testing.T) {
 	if StartCPUs() < 2 {
 		t.Skipf("the process started on %d CPU(s)", StartCPUs())
 	}
-	// A mask with a CPU outside the start mask cannot be set when the
-	// start mask is every CPU the kernel allows; emulate it by shrinking
-	// the start mask for the test instead.
+	// A thread mask with a CPU outside the start mask cannot be made when
+	// the start mask is every CPU the kernel allows; shrink the start mask
+	// for the test instead (the thread keeps its own mask).
 	saved, savedN := startMask, startCPUs
 	t.Cleanup(func() { startMask, startCPUs = saved, savedN })
-	onLockedThread(t, func() {
-		var cur unix.CPUSet
-		require.NoError(t, unix.SchedGetaffinity(0, &cur))
-		first := firstCPU(cur)
-		// The start mask now lacks the thread's first CPU: its mask is not
-		// a subset, so Widen must not touch it.
-		startMask = cur
-		startMask.Clear(first)
-		startCPUs = startMask.Count()
-		if startCPUs < 2 {
-			startCPUs = 2 // still take the path that compares masks
+	var cur, got unix.CPUSet
+	var widened bool
+	err := onLockedThread(func() error {
+		if err := unix.SchedGetaffinity(0, &cur); err != nil {
+			return err
 		}
-		assert.False(t, Widen(), "a mask with CPUs outside the start mask is not ours to change")
-		var got unix.CPUSet
-		require.NoError(t, unix.SchedGetaffinity(0, &got))
-		assert.Equal(t, cur, got)
+		startMask = cur
+		startMask.Clear(firstCPU(cur))
+		startCPUs = max(startMask.Count(), 2) // still take the path that compares masks
+		widened = Widen()
+		return unix.SchedGetaffinity(0, &got)
 	})
+	require.NoError(t, err)
+	assert.False(t, widened, "a mask with CPUs outside the start mask is not ours to change")
+	assert.Equal(t, cur, got)
 }
 
 func TestWidenOneCPUStart(t *testing.T) {
