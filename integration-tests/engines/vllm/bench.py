@@ -97,6 +97,9 @@ def main():
                          "process, as vLLM runs one GPU by default; vLLM's CPU platform turns a bare uni back into mp)")
     ap.add_argument("--omp-passive", action="store_true",
                     help="OMP_WAIT_POLICY=PASSIVE for the instances: OpenMP threads sleep at once after a parallel region instead of spinning")
+    ap.add_argument("--raw-at-save", action="store_true",
+                    help="also time the raw store client's batch_put_from of one prompt's objects at the point our connector saves "
+                         "(wait_for_save after a --prompt-tokens prefill), in an instance running rawconn.RawPutConnector instead")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -153,11 +156,18 @@ def main():
         time.sleep(0.5)
         mcrig.wait_until(lambda: len(bench_keys()) >= n, 300, what, tail=pool.tails, interval=0.5)
 
+    started = []  # every instance, killed on the way out if a step failed
+
+    def start(name, **kw):
+        d = Driver(name, work, model, engine=engine, **kw)
+        started.append(d)
+        return d.ready()
+
     try:
         # Saver: prompts one at a time, each prompt's saves finished (its
         # blocks in the pool) before the next starts, so nothing else runs
         # while they are in flight.
-        saver = Driver("bench-saver", work, model, engine=engine, ktc=ktc, env=env).ready()
+        saver = start("bench-saver", ktc=ktc, env=env)
         # Warm-up: connections to the master and the node are made and the
         # node's segment mapped by the first transfers, not measured.
         saver.generate([prompt(999, 256)], max_tokens=1)
@@ -180,12 +190,28 @@ def main():
         sm = {k: safter[k] - sbefore[k] for k in safter}
         saver.close()
         keys = {k: v for k, v in bench_keys().items()}
+        if a.raw_at_save:
+            # The raw client's put where ours starts a step's saves: right
+            # after a prefill of the same length, same layout and settings.
+            rex = {"master_server_address": pool.master, "metadata_server": pool.metadata,
+                   "objects": blocks_per_prompt, "object_bytes": 32 * kv_per_token, "min_tokens": a.prompt_tokens // 2}
+            renv = {**env, "PYTHONPATH": os.pathsep.join([str(HERE), mcrig.child_env()["PYTHONPATH"]])}
+            rawat = start("bench-raw-at-save", env=renv,
+                          ktc={"kv_connector": "RawPutConnector", "kv_connector_module_path": "rawconn",
+                               "kv_role": "kv_both", "kv_connector_extra_config": rex})
+            for i in range(a.repeats):
+                rawat.generate([prompt(3000 + i, a.prompt_tokens)], max_tokens=1)
+            figs = rawat.cmd("connector_figures")["ranks"][0]
+            rawat.close()
+            assert len(figs) == a.repeats, f"raw-at-save timed {len(figs)} puts for {a.repeats} prompts"
+            out["raw_at_save_put_each_gbps"] = figs
+            out["raw_at_save_put_gbps"] = statistics.median(figs)
         out["pool_objects"], out["pool_bytes"] = len(keys), sum(keys.values())
 
         # Loader (fresh process): the new prompts first (misses,
         # recomputed; their saves done before any hit), then the saved
         # prompts (hits), so the loads run alone too.
-        loader = Driver("bench-loader", work, model, engine=engine, ktc=ktc, env=env).ready()
+        loader = start("bench-loader", ktc=ktc, env=env)
         loader.generate([prompt(998, 256)], max_tokens=1)  # warm-up
         recompute, hit = [], []
         for i, q in enumerate(fresh):
@@ -236,11 +262,15 @@ def main():
         out["save_ratio"] = out["connector_save_gbps"] / out["raw_put_gbps"]
         out["load_ratio_in_worker"] = out["connector_load_gbps"] / out["raw_in_worker_get_gbps"]
         out["save_ratio_in_worker"] = out["connector_save_gbps"] / out["raw_in_worker_put_gbps"]
+        if a.raw_at_save:
+            out["save_ratio_at_save"] = out["connector_save_gbps"] / out["raw_at_save_put_gbps"]
         out["load_total_ratio"] = out["connector_load_total_gbps"] / out["raw_get_gbps"]
         out["save_total_ratio"] = out["connector_save_total_gbps"] / out["raw_put_gbps"]
         out["elapsed_s"] = time.monotonic() - t0
         out["loadavg"] = os.getloadavg()
     finally:
+        for d in started:
+            d.kill()  # a no-op for the closed ones
         pool.stop()
     if a.json:
         print(json.dumps(out, indent=1))
@@ -257,6 +287,9 @@ def main():
     print(f"raw in the loader's worker, engine running: get {out['raw_in_worker_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_worker']:.2f}),"
           f" put {out['raw_in_worker_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_worker']:.2f});"
           f" rounds get {[round(x, 2) for x in out['raw_in_worker_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_in_worker_put_rounds_gbps']]}")
+    if a.raw_at_save:
+        print(f"raw put at wait_for_save after a prefill (rawconn): {out['raw_at_save_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_at_save']:.2f});"
+              f" per prompt {[round(x, 2) for x in out['raw_at_save_put_each_gbps']]}")
     print(f"raw rounds (median of the round's batches of {blocks_per_prompt} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
     print(f"connector: saver {out['saver']}, loader {out['loader_hits']}")
     print(f"logs: {work}")

@@ -21,6 +21,8 @@ builds the LLM, then answers one JSON line per JSON command line:
                               raw store client in each worker process,
                               sent by llm.collective_rpc while the engine
                               runs (needs VLLM_ALLOW_INSECURE_SERIALIZATION=1)
+    {"op": "connector_figures"} -> {"ranks": [the worker connector's
+                              `figures` list per worker] (rawconn.py)
     {"op": "exit"}         -> {"bye": true}, then shuts vLLM down
 
 Replies go to the original stdout only; everything vLLM prints goes to
@@ -90,6 +92,12 @@ def raw_moves(master, metadata, keys, batch, rounds):
 
 def _raw_in_worker(worker, *args):
     return raw_moves(*args)
+
+
+def _connector_figures(worker):
+    from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+    return list(getattr(get_kv_transfer_group(), "figures", None) or [])
 
 
 def _reply_channel():
@@ -210,7 +218,9 @@ def main():
                 reply = {"steps": int(cmd.get("n", 1))}
             elif op == "raw_in_worker":
                 args = (cmd["master"], cmd["metadata"], cmd["keys"], int(cmd["batch"]), int(cmd["rounds"]))
-                reply = {"ranks": llm.collective_rpc(_raw_in_worker, args=args)}
+                reply = {"ranks": llm.collective_rpc(_raw_in_worker, timeout=float(cmd.get("timeout", 540)), args=args)}
+            elif op == "connector_figures":
+                reply = {"ranks": llm.collective_rpc(_connector_figures)}
             elif op == "exit":
                 out.write(json.dumps({"bye": True}) + "\n")
                 out.flush()
