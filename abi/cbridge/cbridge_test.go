@@ -318,10 +318,10 @@ func TestLastErrorIsPerThread(t *testing.T) {
 	close(check)
 }
 
-func TestRecover(t *testing.T) {
+func TestGuard(t *testing.T) {
 	onThread(func() {
 		guarded := func() (rc int32) {
-			defer Recover(&rc)
+			defer Guard(&rc)()
 			var m map[string]int
 			m["x"] = 1 // a nil-map write panics
 			return 0
@@ -333,7 +333,7 @@ func TestRecover(t *testing.T) {
 			t.Errorf("last error %q", got)
 		}
 		calm := func() (rc int32) {
-			defer Recover(&rc)
+			defer Guard(&rc)()
 			return 5
 		}
 		if rc := calm(); rc != 5 {

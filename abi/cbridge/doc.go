@@ -10,7 +10,7 @@
 //
 //	//export mcgo_te_free_batch
 //	func mcgo_te_free_batch(engine, batch C.uint64_t) (rc int32) {
-//		defer cbridge.Recover(&rc)
+//		defer cbridge.Guard(&rc)()
 //		e, err := cbridge.Lookup[*teEngine](cbridge.Handles, cbridge.Handle(engine), "engine")
 //		if err != nil {
 //			return cbridge.Fail("mc_te_free_batch", err)

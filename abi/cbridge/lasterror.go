@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"unsafe"
 )
@@ -125,16 +126,32 @@ func Succeed() int32 {
 	return int32(OK)
 }
 
-// Recover is the panic guard of every exported function: deferred first
-// (`defer cbridge.Recover(&rc)` with rc the named result), it turns a panic
-// into Internal with the panic value as the thread's last error, and prints
-// the stack to stderr so the bug can be found. No panic crosses into C.
-func Recover(rc *int32) {
-	r := recover()
-	if r == nil {
-		return
+// Guard is the entry and exit guard of every exported function: `defer
+// cbridge.Guard(&rc)()` with rc the named result. On entry it locks the
+// calling goroutine to the caller's OS thread for the call; the returned
+// function, deferred, unlocks it and turns a panic into Internal with the
+// panic value as the thread's last error, printing the stack to stderr so
+// the bug can be found. No panic crosses into C.
+//
+// Why lock: an engine may pin the thread it calls us on to one CPU (vLLM's
+// CPU worker pins its main thread to a compute core). When Go code running
+// on such a thread needs a new OS thread (it starts goroutines, a P needs
+// an M), the runtime clones the current thread, and the clone keeps the
+// one-CPU mask for good: over a vLLM run more and more of the runtime's
+// threads, which run the transfers, were confined to that core. On a
+// locked thread the runtime asks its template thread, started with the
+// library under the mask mooncake_go loads it with, to create new threads
+// instead (runtime.newm). Locking and unlocking make no system call.
+func Guard(rc *int32) func() {
+	runtime.LockOSThread()
+	return func() {
+		defer runtime.UnlockOSThread()
+		r := recover()
+		if r == nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "libmooncake: recovered panic: %v\n%s", r, debug.Stack())
+		SetError(fmt.Sprintf("%v: panic: %v", ErrInternal, r))
+		*rc = int32(Internal)
 	}
-	fmt.Fprintf(os.Stderr, "libmooncake: recovered panic: %v\n%s", r, debug.Stack())
-	SetError(fmt.Sprintf("%v: panic: %v", ErrInternal, r))
-	*rc = int32(Internal)
 }

@@ -16,7 +16,7 @@
 //     a caller's address in a pointer variable, and the header's exact
 //     prototypes are checked by the C compiler.
 //   - exports.go: the //export mcgo_te_* functions. Each guards against
-//     panics (cbridge.Recover), validates every pointer and length, decodes
+//     panics (cbridge.Guard), validates every pointer and length, decodes
 //     C arguments, calls the Go layer and encodes the result, setting the
 //     thread's last error (cbridge.Fail / cbridge.Done).
 //   - te.go: the Go layer (teEngine), plain Go types, tested without cgo

@@ -40,7 +40,7 @@ func lookup(engine C.uint64_t) (*teEngine, error) {
 
 //export mcgo_te_create
 func mcgo_te_create(meta, name, host *C.char, port C.uint64_t, autoDiscover C.int, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_create"
 	_ = autoDiscover // tcp is installed either way (see the header)
 	switch {
@@ -60,7 +60,7 @@ func mcgo_te_create(meta, name, host *C.char, port C.uint64_t, autoDiscover C.in
 
 //export mcgo_te_destroy
 func mcgo_te_destroy(engine C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_destroy"
 	t, err := cbridge.Take[*teEngine](cbridge.Handles, cbridge.Handle(engine), "engine")
 	if err != nil {
@@ -71,7 +71,7 @@ func mcgo_te_destroy(engine C.uint64_t) (rc int32) {
 
 //export mcgo_te_install_transport
 func mcgo_te_install_transport(engine C.uint64_t, proto *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_install_transport"
 	t, err := lookup(engine)
 	if err != nil {
@@ -85,7 +85,7 @@ func mcgo_te_install_transport(engine C.uint64_t, proto *C.char) (rc int32) {
 
 //export mcgo_te_register_local_memory
 func mcgo_te_register_local_memory(engine C.uint64_t, addr C.uintptr_t, length C.size_t, location *C.char, remote C.int) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_register_local_memory"
 	t, err := lookup(engine)
 	if err != nil {
@@ -100,7 +100,7 @@ func mcgo_te_register_local_memory(engine C.uint64_t, addr C.uintptr_t, length C
 
 //export mcgo_te_unregister_local_memory
 func mcgo_te_unregister_local_memory(engine C.uint64_t, addr C.uintptr_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_unregister_local_memory"
 	t, err := lookup(engine)
 	if err != nil {
@@ -114,7 +114,7 @@ func mcgo_te_unregister_local_memory(engine C.uint64_t, addr C.uintptr_t) (rc in
 
 //export mcgo_te_open_segment
 func mcgo_te_open_segment(engine C.uint64_t, name *C.char, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_open_segment"
 	t, err := lookup(engine)
 	if err != nil {
@@ -132,7 +132,7 @@ func mcgo_te_open_segment(engine C.uint64_t, name *C.char, out *C.int32_t) (rc i
 
 //export mcgo_te_close_segment
 func mcgo_te_close_segment(engine C.uint64_t, id C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_close_segment"
 	t, err := lookup(engine)
 	if err != nil {
@@ -143,7 +143,7 @@ func mcgo_te_close_segment(engine C.uint64_t, id C.int32_t) (rc int32) {
 
 //export mcgo_te_allocate_batch
 func mcgo_te_allocate_batch(engine C.uint64_t, size C.size_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_allocate_batch"
 	t, err := lookup(engine)
 	if err != nil {
@@ -158,7 +158,7 @@ func mcgo_te_allocate_batch(engine C.uint64_t, size C.size_t, out *C.uint64_t) (
 
 //export mcgo_te_submit
 func mcgo_te_submit(engine, batch C.uint64_t, reqs *C.mc_te_request_t, count C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_submit"
 	t, err := lookup(engine)
 	if err != nil {
@@ -188,7 +188,7 @@ func mcgo_te_submit(engine, batch C.uint64_t, reqs *C.mc_te_request_t, count C.s
 
 //export mcgo_te_get_status
 func mcgo_te_get_status(engine, batch C.uint64_t, task C.size_t, out *C.mc_te_status_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_get_status"
 	t, err := lookup(engine)
 	if err != nil {
@@ -213,7 +213,7 @@ func mcgo_te_get_status(engine, batch C.uint64_t, task C.size_t, out *C.mc_te_st
 
 //export mcgo_te_free_batch
 func mcgo_te_free_batch(engine, batch C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_free_batch"
 	t, err := lookup(engine)
 	if err != nil {
@@ -234,7 +234,7 @@ func fillBuf(out *C.mc_buf_t, b []byte) {
 
 //export mcgo_te_get_local_name
 func mcgo_te_get_local_name(engine C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_get_local_name"
 	t, err := lookup(engine)
 	if err != nil {
@@ -249,7 +249,7 @@ func mcgo_te_get_local_name(engine C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_te_get_rpc_port
 func mcgo_te_get_rpc_port(engine C.uint64_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_get_rpc_port"
 	t, err := lookup(engine)
 	if err != nil {
@@ -263,7 +263,7 @@ func mcgo_te_get_rpc_port(engine C.uint64_t, out *C.int32_t) (rc int32) {
 
 //export mcgo_te_refresh_segment
 func mcgo_te_refresh_segment(engine C.uint64_t, id C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_refresh_segment"
 	t, err := lookup(engine)
 	if err != nil {
@@ -274,7 +274,7 @@ func mcgo_te_refresh_segment(engine C.uint64_t, id C.int32_t) (rc int32) {
 
 //export mcgo_te_get_segment_buffers
 func mcgo_te_get_segment_buffers(engine C.uint64_t, id C.int32_t, out *C.mc_te_buffer_t, capacity C.size_t, count *C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_get_segment_buffers"
 	t, err := lookup(engine)
 	if err != nil {
@@ -303,7 +303,7 @@ func mcgo_te_get_segment_buffers(engine C.uint64_t, id C.int32_t, out *C.mc_te_b
 
 //export mcgo_te_wait_batch
 func mcgo_te_wait_batch(engine, batch, timeoutMS C.uint64_t, out *C.mc_te_status_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_wait_batch"
 	t, err := lookup(engine)
 	if err != nil {
@@ -331,7 +331,7 @@ func mcgo_te_wait_batch(engine, batch, timeoutMS C.uint64_t, out *C.mc_te_status
 
 //export mcgo_te_probe
 func mcgo_te_probe(engine C.uint64_t, name *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_probe"
 	t, err := lookup(engine)
 	if err != nil {
@@ -345,7 +345,7 @@ func mcgo_te_probe(engine C.uint64_t, name *C.char) (rc int32) {
 
 //export mcgo_te_send_notify
 func mcgo_te_send_notify(engine C.uint64_t, name, notifyName, msg *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_send_notify"
 	t, err := lookup(engine)
 	if err != nil {
@@ -364,7 +364,7 @@ func mcgo_te_send_notify(engine C.uint64_t, name, notifyName, msg *C.char) (rc i
 
 //export mcgo_te_get_notifies
 func mcgo_te_get_notifies(engine C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_te_get_notifies"
 	t, err := lookup(engine)
 	if err != nil {

@@ -3,5 +3,5 @@
 // callers. The trampolines in p2p.c turn store handles into integers and
 // buffer addresses into uintptr_t; glue.go holds the logic, testable
 // without cgo callers. Handles live in cbridge.Handles; no panic crosses
-// the boundary (cbridge.Recover).
+// the boundary (cbridge.Guard).
 package p2p

@@ -39,7 +39,7 @@ func lookup(h C.uint64_t) (*p2p.Store, error) {
 
 //export mcgo_p2p_create
 func mcgo_p2p_create(uri, name *C.char, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_create"
 	switch {
 	case uri == nil:
@@ -56,7 +56,7 @@ func mcgo_p2p_create(uri, name *C.char, out *C.uint64_t) (rc int32) {
 
 //export mcgo_p2p_destroy
 func mcgo_p2p_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_destroy"
 	s, err := cbridge.Take[*p2p.Store](cbridge.Handles, cbridge.Handle(h), "p2p store")
 	if err != nil {
@@ -92,7 +92,7 @@ func cBuffers(addrs *C.uintptr_t, sizes *C.uint64_t, count C.size_t) ([][]byte, 
 
 //export mcgo_p2p_register
 func mcgo_p2p_register(h C.uint64_t, name *C.char, addrs *C.uintptr_t, sizes *C.uint64_t, count C.size_t, maxShard C.uint64_t, location *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_register"
 	s, err := lookup(h)
 	if err != nil {
@@ -112,7 +112,7 @@ func mcgo_p2p_register(h C.uint64_t, name *C.char, addrs *C.uintptr_t, sizes *C.
 
 //export mcgo_p2p_unregister
 func mcgo_p2p_unregister(h C.uint64_t, name *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_unregister"
 	s, err := lookup(h)
 	if err != nil {
@@ -128,7 +128,7 @@ func mcgo_p2p_unregister(h C.uint64_t, name *C.char) (rc int32) {
 
 //export mcgo_p2p_get_replica
 func mcgo_p2p_get_replica(h C.uint64_t, name *C.char, addrs *C.uintptr_t, sizes *C.uint64_t, count C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_get_replica"
 	s, err := lookup(h)
 	if err != nil {
@@ -148,7 +148,7 @@ func mcgo_p2p_get_replica(h C.uint64_t, name *C.char, addrs *C.uintptr_t, sizes 
 
 //export mcgo_p2p_delete_replica
 func mcgo_p2p_delete_replica(h C.uint64_t, name *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_delete_replica"
 	s, err := lookup(h)
 	if err != nil {
@@ -164,7 +164,7 @@ func mcgo_p2p_delete_replica(h C.uint64_t, name *C.char) (rc int32) {
 
 //export mcgo_p2p_list
 func mcgo_p2p_list(h C.uint64_t, prefix *C.char, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_p2p_list"
 	s, err := lookup(h)
 	if err != nil {

@@ -14,7 +14,7 @@
 //     compiler. A function and its _n twin (key by pointer and length,
 //     store.h 1.1) share one export, told apart by its byLen argument.
 //   - exports.go: the //export mcgo_store_* functions. Each guards against
-//     panics (cbridge.Recover), validates every pointer, length and key,
+//     panics (cbridge.Guard), validates every pointer, length and key,
 //     decodes C arguments, calls the Go layer and encodes the result,
 //     setting the thread's last error (cbridge.Fail / cbridge.Done; batch
 //     calls summarise their per-key failures).

@@ -113,7 +113,7 @@ func code(err error) int32 { return int32(cbridge.CodeOf(err)) }
 
 //export mcgo_store_setup
 func mcgo_store_setup(host, meta *C.char, global, local C.uint64_t, proto, dev, master *C.char, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_setup"
 	switch {
 	case host == nil:
@@ -139,7 +139,7 @@ func mcgo_store_setup(host, meta *C.char, global, local C.uint64_t, proto, dev, 
 
 //export mcgo_store_destroy
 func mcgo_store_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_destroy"
 	s, err := cbridge.Take[*storeClient](cbridge.Handles, cbridge.Handle(h), "store")
 	if err != nil {
@@ -150,7 +150,7 @@ func mcgo_store_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_store_get_hostname
 func mcgo_store_get_hostname(h C.uint64_t, buf C.uintptr_t, capacity C.size_t, outLen *C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_get_hostname"
 	s, err := begin(h)
 	if err != nil {
@@ -175,7 +175,7 @@ func mcgo_store_get_hostname(h C.uint64_t, buf C.uintptr_t, capacity C.size_t, o
 
 //export mcgo_store_register_buffer
 func mcgo_store_register_buffer(h C.uint64_t, ptr C.uintptr_t, size C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_register_buffer"
 	s, err := begin(h)
 	if err != nil {
@@ -191,7 +191,7 @@ func mcgo_store_register_buffer(h C.uint64_t, ptr C.uintptr_t, size C.size_t) (r
 
 //export mcgo_store_unregister_buffer
 func mcgo_store_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_unregister_buffer"
 	s, err := begin(h)
 	if err != nil {
@@ -206,7 +206,7 @@ func mcgo_store_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 
 //export mcgo_store_put
 func mcgo_store_put(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, value C.uintptr_t, size C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_put", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -222,7 +222,7 @@ func mcgo_store_put(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, val
 
 //export mcgo_store_get
 func mcgo_store_get(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, buf C.uintptr_t, capacity C.size_t, outSize *C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_get", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -242,7 +242,7 @@ func mcgo_store_get(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, buf
 
 //export mcgo_store_put_from
 func mcgo_store_put_from(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, ptr C.uintptr_t, size C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_put_from", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -258,7 +258,7 @@ func mcgo_store_put_from(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int
 
 //export mcgo_store_get_into
 func mcgo_store_get_into(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, ptr C.uintptr_t, size C.size_t, outRead *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_get_into", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -401,7 +401,7 @@ func report[T ~int32 | ~int64](fn string, b *batch, out []T) int32 {
 
 //export mcgo_store_batch_put_from
 func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_batch_put_from", byLen)
 	s, err := begin(h)
 	if err != nil {
@@ -422,7 +422,7 @@ func mcgo_store_batch_put_from(h C.uint64_t, keys **C.char, keyLens *C.size_t, b
 
 //export mcgo_store_batch_get_into
 func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_batch_get_into", byLen)
 	s, err := begin(h)
 	if err != nil {
@@ -444,7 +444,7 @@ func mcgo_store_batch_get_into(h C.uint64_t, keys **C.char, keyLens *C.size_t, b
 
 //export mcgo_store_is_exist
 func mcgo_store_is_exist(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_is_exist", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -464,7 +464,7 @@ func mcgo_store_is_exist(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int
 
 //export mcgo_store_batch_is_exist
 func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, keyLens *C.size_t, byLen C.int, n C.size_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_batch_is_exist", byLen)
 	s, err := begin(h)
 	if err != nil {
@@ -493,7 +493,7 @@ func mcgo_store_batch_is_exist(h C.uint64_t, keys **C.char, keyLens *C.size_t, b
 
 //export mcgo_store_remove
 func mcgo_store_remove(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, force C.int) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_remove", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {
@@ -505,7 +505,7 @@ func mcgo_store_remove(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, 
 
 //export mcgo_store_get_size
 func mcgo_store_get_size(h C.uint64_t, key *C.char, keyLen C.size_t, byLen C.int, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	fn := fnName("mc_store_get_size", byLen)
 	s, k, err := beginKey(h, key, keyLen, byLen)
 	if err != nil {

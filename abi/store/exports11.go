@@ -93,7 +93,7 @@ func arrays[A, B, O any](n C.size_t, keys **C.char, keyLens *C.size_t, a *A, aNa
 
 //export mcgo_store_batch_put
 func mcgo_store_batch_put(h C.uint64_t, keys **C.char, keyLens *C.size_t, values *C.uintptr_t, sizes *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_put"
 	s, o, err := beginPut(h, cfg)
 	if err != nil {
@@ -133,7 +133,7 @@ func mcgo_store_batch_put(h C.uint64_t, keys **C.char, keyLens *C.size_t, values
 
 //export mcgo_store_put_parts
 func mcgo_store_put_parts(h C.uint64_t, key *C.char, keyLen C.size_t, parts *C.uintptr_t, sizes *C.size_t, nParts C.size_t, cfg *C.mc_store_replicate_config_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_put_parts"
 	s, k, err := beginKey(h, key, keyLen, 1)
 	if err != nil {
@@ -170,7 +170,7 @@ func mcgo_store_put_parts(h C.uint64_t, key *C.char, keyLen C.size_t, parts *C.u
 
 //export mcgo_store_batch_put_from_config
 func mcgo_store_batch_put_from_config(h C.uint64_t, keys **C.char, keyLens *C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_put_from_config"
 	s, o, err := beginPut(h, cfg)
 	if err != nil {
@@ -256,7 +256,7 @@ func partsBatch[O any](s *storeClient, keys **C.char, keyLens *C.size_t, ptrs *C
 
 //export mcgo_store_batch_put_from_parts
 func mcgo_store_batch_put_from_parts(h C.uint64_t, keys **C.char, keyLens *C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, counts *C.size_t, n C.size_t, cfg *C.mc_store_replicate_config_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_put_from_parts"
 	s, o, err := beginPut(h, cfg)
 	if err != nil {
@@ -277,7 +277,7 @@ func mcgo_store_batch_put_from_parts(h C.uint64_t, keys **C.char, keyLens *C.siz
 
 //export mcgo_store_batch_get_into_parts
 func mcgo_store_batch_get_into_parts(h C.uint64_t, keys **C.char, keyLens *C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, counts *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_get_into_parts"
 	s, err := begin(h)
 	if err != nil {
@@ -299,7 +299,7 @@ func mcgo_store_batch_get_into_parts(h C.uint64_t, keys **C.char, keyLens *C.siz
 
 //export mcgo_store_batch_get
 func mcgo_store_batch_get(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, bufs *C.mc_buf_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_get"
 	var ob []C.mc_buf_t
 	outBufs := func() (err error) {
@@ -330,7 +330,7 @@ func mcgo_store_batch_get(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.si
 
 //export mcgo_store_batch_get_alloc
 func mcgo_store_batch_get_alloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, alloc C.mc_store_alloc_fn, ctx C.uintptr_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_get_alloc"
 	if alloc == nil {
 		return cbridge.Fail(fn, cbridge.Null("alloc"))
@@ -386,7 +386,7 @@ func getAlloc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, check 
 
 //export mcgo_store_batch_get_ranges
 func mcgo_store_batch_get_ranges(h C.uint64_t, keys **C.char, keyLens *C.size_t, dsts *C.uintptr_t, offsets *C.uint64_t, sizes *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_get_ranges"
 	s, err := begin(h)
 	if err != nil {
@@ -429,7 +429,7 @@ func mcgo_store_batch_get_ranges(h C.uint64_t, keys **C.char, keyLens *C.size_t,
 
 //export mcgo_store_batch_remove
 func mcgo_store_batch_remove(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, force C.int, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_batch_remove"
 	s, err := begin(h)
 	if err != nil {
@@ -450,7 +450,7 @@ func mcgo_store_batch_remove(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C
 
 //export mcgo_store_remove_by_regex
 func mcgo_store_remove_by_regex(h C.uint64_t, expr *C.char, force C.int, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_remove_by_regex"
 	s, err := begin(h)
 	if err != nil {
@@ -469,7 +469,7 @@ func mcgo_store_remove_by_regex(h C.uint64_t, expr *C.char, force C.int, out *C.
 
 //export mcgo_store_remove_all
 func mcgo_store_remove_all(h C.uint64_t, force C.int, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_remove_all"
 	s, err := begin(h)
 	if err != nil {
@@ -485,7 +485,7 @@ func mcgo_store_remove_all(h C.uint64_t, force C.int, out *C.int64_t) (rc int32)
 
 //export mcgo_store_get_replica_desc
 func mcgo_store_get_replica_desc(h C.uint64_t, keys **C.char, keyLens *C.size_t, n C.size_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_get_replica_desc"
 	s, err := begin(h)
 	if err != nil {
@@ -528,7 +528,7 @@ func mcgo_store_get_replica_desc(h C.uint64_t, keys **C.char, keyLens *C.size_t,
 
 //export mcgo_store_health_check
 func mcgo_store_health_check(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_store_health_check"
 	s, err := begin(h)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/kvpool"
-	"github.com/mooncake-go/mooncake/core/transfer/affinity"
 )
 
 // WorkerConfig configures the worker half of one engine worker (one TP/PP
@@ -252,7 +251,6 @@ func (w *Worker) startLocked(req string, load, async bool, hashes [][]byte, bloc
 // run executes one job on its own goroutine and records the outcome.
 func (w *Worker) run(ctx context.Context, j *job, bad error) {
 	defer w.wg.Done()
-	affinity.Widen() // started from the engine's (maybe pinned) thread
 	defer j.cancel()
 	var errs []error
 	switch {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/metadata"
-	"github.com/mooncake-go/mooncake/core/transfer/affinity"
 )
 
 // batch holds up to cap requests and their states.
@@ -109,10 +108,6 @@ func (e *Engine) Submit(id BatchID, reqs []Request) error {
 	var next atomic.Int64
 	for range min(len(rs), cap(e.sem)) {
 		go func() {
-			// Submit may run on an engine's thread pinned to one CPU,
-			// and the runtime may have cloned this goroutine's thread
-			// from it (package affinity).
-			affinity.Widen()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(rs) {

@@ -3,5 +3,5 @@
 // capi.c convert handles and addresses to integers and call the
 // mcgo_lmcache_* exports of exports.go, which validate every pointer and
 // length and call package lmcache. No panic crosses into C
-// (cbridge.Recover) and no Go pointer is kept by C.
+// (cbridge.Guard) and no Go pointer is kept by C.
 package capi

@@ -121,7 +121,7 @@ func fillBuf(out *C.mc_buf_t, b []byte) {
 
 //export mcgo_lmcache_create
 func mcgo_lmcache_create(url, config *C.char, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_create"
 	switch {
 	case url == nil:
@@ -147,7 +147,7 @@ func mcgo_lmcache_create(url, config *C.char, out *C.uint64_t) (rc int32) {
 
 //export mcgo_lmcache_destroy
 func mcgo_lmcache_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_destroy"
 	c, err := cbridge.Take[*lmcache.Connector](cbridge.Handles, cbridge.Handle(h), what)
 	if err != nil {
@@ -158,7 +158,7 @@ func mcgo_lmcache_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_lmcache_notes
 func mcgo_lmcache_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_notes"
 	c, err := lookup(h)
 	if err != nil {
@@ -181,7 +181,7 @@ func mcgo_lmcache_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_lmcache_register_buffer
 func mcgo_lmcache_register_buffer(h C.uint64_t, ptr C.uintptr_t, size C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_register_buffer"
 	c, err := lookup(h)
 	if err != nil {
@@ -196,7 +196,7 @@ func mcgo_lmcache_register_buffer(h C.uint64_t, ptr C.uintptr_t, size C.size_t) 
 
 //export mcgo_lmcache_unregister_buffer
 func mcgo_lmcache_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_unregister_buffer"
 	c, err := lookup(h)
 	if err != nil {
@@ -210,7 +210,7 @@ func mcgo_lmcache_unregister_buffer(h C.uint64_t, ptr C.uintptr_t) (rc int32) {
 
 //export mcgo_lmcache_exists
 func mcgo_lmcache_exists(h C.uint64_t, k *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_exists"
 	c, ks, err := lookupKey(h, k)
 	if err != nil {
@@ -229,7 +229,7 @@ func mcgo_lmcache_exists(h C.uint64_t, k *C.char) (rc int32) {
 
 //export mcgo_lmcache_batched_contains
 func mcgo_lmcache_batched_contains(h C.uint64_t, kp **C.char, n C.size_t, pin C.int, out *C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_batched_contains"
 	c, err := lookup(h)
 	if err != nil {
@@ -256,7 +256,7 @@ func mcgo_lmcache_batched_contains(h C.uint64_t, kp **C.char, n C.size_t, pin C.
 
 //export mcgo_lmcache_batched_put
 func mcgo_lmcache_batched_put(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, sizes *C.size_t, n C.size_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_batched_put"
 	b, err := newBatch(h, kp, ptrs, sizes, n, "sizes")
 	if err != nil || b == nil {
@@ -279,7 +279,7 @@ func mcgo_lmcache_batched_put(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, size
 
 //export mcgo_lmcache_batched_get
 func mcgo_lmcache_batched_get(h C.uint64_t, kp **C.char, ptrs *C.uintptr_t, caps *C.size_t, n C.size_t, out *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_batched_get"
 	b, err := newBatch(h, kp, ptrs, caps, n, "caps")
 	if err != nil || b == nil {
@@ -352,7 +352,7 @@ func (b *batch) usable() ([]string, [][]byte) {
 
 //export mcgo_lmcache_remove
 func mcgo_lmcache_remove(h C.uint64_t, k *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_remove"
 	c, ks, err := lookupKey(h, k)
 	if err != nil {
@@ -363,7 +363,7 @@ func mcgo_lmcache_remove(h C.uint64_t, k *C.char) (rc int32) {
 
 //export mcgo_lmcache_list
 func mcgo_lmcache_list(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_list"
 	c, err := lookup(h)
 	if err != nil {
@@ -386,7 +386,7 @@ func mcgo_lmcache_list(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_lmcache_ping
 func mcgo_lmcache_ping(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_lmcache_ping"
 	c, err := lookup(h)
 	if err != nil {

@@ -4,6 +4,6 @@
 // NIXL's backend engine class, each a thin conversion to package connectors/xferagent.
 // capi.c holds the public C symbols; they convert the opaque engine
 // pointer to the integer handle it carries and call the Go exports
-// (mcgo_nixl_*) here, which guard against panics (cbridge.Recover) and
+// (mcgo_nixl_*) here, which guard against panics (cbridge.Guard) and
 // set mc_last_error.
 package capi

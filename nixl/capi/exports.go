@@ -105,7 +105,7 @@ const hostFamilyD = 4
 
 //export mcgo_nixl_check_host
 func mcgo_nixl_check_host(shimABI, family C.uint32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_check_host"
 	if uint32(shimABI)>>16 != uint32(C.MC_NIXL_ABI_VERSION_MAJOR) {
 		return fail(fn, errors.Join(errHostFamily, errors.New("the plugin was built for another mc_nixl ABI major than this libmooncake.so's")))
@@ -118,7 +118,7 @@ func mcgo_nixl_check_host(shimABI, family C.uint32_t) (rc int32) {
 
 //export mcgo_nixl_backend_options
 func mcgo_nixl_backend_options(out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_backend_options"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -129,7 +129,7 @@ func mcgo_nixl_backend_options(out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_nixl_create
 func mcgo_nixl_create(agent *C.char, agentLen C.size_t, params *C.mc_nixl_kv_t, n C.size_t, flags C.uint32_t, pthrDelayUs C.uint64_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_create"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -173,7 +173,7 @@ func mcgo_nixl_create(agent *C.char, agentLen C.size_t, params *C.mc_nixl_kv_t, 
 
 //export mcgo_nixl_destroy
 func mcgo_nixl_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_destroy"
 	e, err := cbridge.Take[*nixl.Engine](cbridge.Handles, cbridge.Handle(h), "nixl engine")
 	if err != nil {
@@ -189,7 +189,7 @@ func mcgo_nixl_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_nixl_caps
 func mcgo_nixl_caps(h C.uint64_t, out *C.uint32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_caps"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -204,7 +204,7 @@ func mcgo_nixl_caps(h C.uint64_t, out *C.uint32_t) (rc int32) {
 
 //export mcgo_nixl_register
 func mcgo_nixl_register(h C.uint64_t, addr, n, dev C.uint64_t, mem C.int, meta C.uintptr_t, metaLen C.size_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_register"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_md"))
@@ -229,7 +229,7 @@ func mcgo_nixl_register(h C.uint64_t, addr, n, dev C.uint64_t, mem C.int, meta C
 
 //export mcgo_nixl_deregister
 func mcgo_nixl_deregister(h, md C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_deregister"
 	e, err := lookup(h)
 	if err != nil {
@@ -240,7 +240,7 @@ func mcgo_nixl_deregister(h, md C.uint64_t) (rc int32) {
 
 //export mcgo_nixl_public_data
 func mcgo_nixl_public_data(h, md C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_public_data"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -259,7 +259,7 @@ func mcgo_nixl_public_data(h, md C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_nixl_conn_info
 func mcgo_nixl_conn_info(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_conn_info"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -274,7 +274,7 @@ func mcgo_nixl_conn_info(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_nixl_load_remote_conn
 func mcgo_nixl_load_remote_conn(h C.uint64_t, agent *C.char, agentLen C.size_t, info C.uintptr_t, infoLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_load_remote_conn"
 	e, err := lookup(h)
 	if err != nil {
@@ -293,7 +293,7 @@ func mcgo_nixl_load_remote_conn(h C.uint64_t, agent *C.char, agentLen C.size_t, 
 
 //export mcgo_nixl_connect
 func mcgo_nixl_connect(h C.uint64_t, agent *C.char, agentLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_connect"
 	e, err := lookup(h)
 	if err != nil {
@@ -308,7 +308,7 @@ func mcgo_nixl_connect(h C.uint64_t, agent *C.char, agentLen C.size_t) (rc int32
 
 //export mcgo_nixl_disconnect
 func mcgo_nixl_disconnect(h C.uint64_t, agent *C.char, agentLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_disconnect"
 	e, err := lookup(h)
 	if err != nil {
@@ -323,7 +323,7 @@ func mcgo_nixl_disconnect(h C.uint64_t, agent *C.char, agentLen C.size_t) (rc in
 
 //export mcgo_nixl_load_remote_md
 func mcgo_nixl_load_remote_md(h, addr, n, dev C.uint64_t, mem C.int, blob C.uintptr_t, blobLen C.size_t, agent *C.char, agentLen C.size_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_load_remote_md"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_md"))
@@ -350,7 +350,7 @@ func mcgo_nixl_load_remote_md(h, addr, n, dev C.uint64_t, mem C.int, blob C.uint
 
 //export mcgo_nixl_load_local_md
 func mcgo_nixl_load_local_md(h, reg C.uint64_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_load_local_md"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_md"))
@@ -369,7 +369,7 @@ func mcgo_nixl_load_local_md(h, reg C.uint64_t, out *C.uint64_t) (rc int32) {
 
 //export mcgo_nixl_unload_md
 func mcgo_nixl_unload_md(h, md C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_unload_md"
 	e, err := lookup(h)
 	if err != nil {
@@ -380,7 +380,7 @@ func mcgo_nixl_unload_md(h, md C.uint64_t) (rc int32) {
 
 //export mcgo_nixl_prep_xfer
 func mcgo_nixl_prep_xfer(h C.uint64_t, op, lmem C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, rmem C.int, remote *C.mc_nixl_desc_t, nRemote C.size_t, agent *C.char, agentLen C.size_t, custom C.uintptr_t, customLen C.size_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_prep_xfer"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_req"))
@@ -419,7 +419,7 @@ func state(done bool) C.int32_t {
 
 //export mcgo_nixl_post_xfer
 func mcgo_nixl_post_xfer(h, req C.uint64_t, op C.int, local *C.mc_nixl_desc_t, nLocal C.size_t, remote *C.mc_nixl_desc_t, nRemote C.size_t, hasNotif C.int, notif C.uintptr_t, notifLen C.size_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_post_xfer"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_state"))
@@ -452,7 +452,7 @@ func mcgo_nixl_post_xfer(h, req C.uint64_t, op C.int, local *C.mc_nixl_desc_t, n
 
 //export mcgo_nixl_check_xfer
 func mcgo_nixl_check_xfer(h, req C.uint64_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_check_xfer"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_state"))
@@ -471,7 +471,7 @@ func mcgo_nixl_check_xfer(h, req C.uint64_t, out *C.int32_t) (rc int32) {
 
 //export mcgo_nixl_release_req
 func mcgo_nixl_release_req(h, req C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_release_req"
 	e, err := lookup(h)
 	if err != nil {
@@ -482,7 +482,7 @@ func mcgo_nixl_release_req(h, req C.uint64_t) (rc int32) {
 
 //export mcgo_nixl_get_notifs
 func mcgo_nixl_get_notifs(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_get_notifs"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -497,7 +497,7 @@ func mcgo_nixl_get_notifs(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_nixl_gen_notif
 func mcgo_nixl_gen_notif(h C.uint64_t, agent *C.char, agentLen C.size_t, msg C.uintptr_t, msgLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_nixl_gen_notif"
 	e, err := lookup(h)
 	if err != nil {

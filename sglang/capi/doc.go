@@ -3,5 +3,5 @@
 // the trampolines of capi.c convert handles and addresses to integers and
 // call the mcgo_sglang_* exports of exports.go, which validate every
 // pointer and length and call package sglang. No panic crosses into C
-// (cbridge.Recover) and no Go pointer is kept by C.
+// (cbridge.Guard) and no Go pointer is kept by C.
 package capi

@@ -75,7 +75,7 @@ func keys(p **C.char, n C.size_t) ([]string, error) {
 
 //export mcgo_sglang_create
 func mcgo_sglang_create(config *C.char, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_create"
 	if config == nil {
 		return fail(fn, cbridge.Null("config_json"))
@@ -98,7 +98,7 @@ func mcgo_sglang_create(config *C.char, out *C.uint64_t) (rc int32) {
 
 //export mcgo_sglang_destroy
 func mcgo_sglang_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_destroy"
 	b, err := cbridge.Take[*backend](cbridge.Handles, cbridge.Handle(h), "sglang backend")
 	if err != nil {
@@ -109,7 +109,7 @@ func mcgo_sglang_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_sglang_register_host_pool
 func mcgo_sglang_register_host_pool(h C.uint64_t, poolJSON *C.char, base C.uintptr_t, size C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_register_host_pool"
 	b, err := lookup(h)
 	if err != nil {
@@ -131,7 +131,7 @@ func mcgo_sglang_register_host_pool(h C.uint64_t, poolJSON *C.char, base C.uintp
 
 //export mcgo_sglang_batch_exists
 func mcgo_sglang_batch_exists(h C.uint64_t, ks **C.char, n C.size_t, out *C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_batch_exists"
 	b, err := lookup(h)
 	if err != nil {
@@ -164,7 +164,7 @@ var opNames = [...]string{"mc_sglang_batch_get", "mc_sglang_batch_set", "mc_sgla
 
 //export mcgo_sglang_transfer
 func mcgo_sglang_transfer(h C.uint64_t, op C.int, ks **C.char, n, perPage C.size_t, ptrs *C.uintptr_t, sizes *C.size_t, outOK *C.uint8_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	if op < 0 || int(op) >= len(opNames) {
 		return fail("mc_sglang_transfer", fmt.Errorf("%w: operation %d", cbridge.ErrInvalidArgument, int(op)))
 	}
@@ -236,7 +236,7 @@ func mcgo_sglang_transfer(h C.uint64_t, op C.int, ks **C.char, n, perPage C.size
 
 //export mcgo_sglang_clear
 func mcgo_sglang_clear(h C.uint64_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_clear"
 	b, err := lookup(h)
 	if err != nil {
@@ -254,7 +254,7 @@ func mcgo_sglang_clear(h C.uint64_t, out *C.uint64_t) (rc int32) {
 
 //export mcgo_sglang_take_stats
 func mcgo_sglang_take_stats(h C.uint64_t, out *C.mc_sglang_stats_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_take_stats"
 	b, err := lookup(h)
 	if err != nil {
@@ -274,7 +274,7 @@ func mcgo_sglang_take_stats(h C.uint64_t, out *C.mc_sglang_stats_t) (rc int32) {
 
 //export mcgo_sglang_take_notes
 func mcgo_sglang_take_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_sglang_take_notes"
 	b, err := lookup(h)
 	if err != nil {

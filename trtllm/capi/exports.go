@@ -117,7 +117,7 @@ const (
 
 //export mcgo_trtllm_check_host
 func mcgo_trtllm_check_host(shimABI, generation C.uint32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_check_host"
 	if uint32(shimABI)>>16 != uint32(C.MC_TRTLLM_ABI_VERSION_MAJOR) {
 		return fail(fn, fmt.Errorf("%w: the wrapper was built for mc_trtllm ABI %#x, this libmooncake.so has %#x", errHostGeneration, uint32(shimABI), uint32(C.MC_TRTLLM_ABI_VERSION)))
@@ -158,7 +158,7 @@ func ipFromEnv(env map[string]string) (string, error) {
 
 //export mcgo_trtllm_agent_create
 func mcgo_trtllm_agent_create(name *C.char, nameLen C.size_t, flags C.uint32_t, params *C.mc_trtllm_kv_t, n C.size_t, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_agent_create"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -207,7 +207,7 @@ func mcgo_trtllm_agent_create(name *C.char, nameLen C.size_t, flags C.uint32_t, 
 
 //export mcgo_trtllm_agent_destroy
 func mcgo_trtllm_agent_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_agent_destroy"
 	a, err := cbridge.Take[*agent](cbridge.Handles, cbridge.Handle(h), "trtllm agent")
 	if err != nil {
@@ -218,7 +218,7 @@ func mcgo_trtllm_agent_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_trtllm_register
 func mcgo_trtllm_register(h C.uint64_t, m C.int, p *C.mc_trtllm_desc_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_register"
 	a, err := lookup(h)
 	if err != nil {
@@ -269,7 +269,7 @@ func mcgo_trtllm_register(h C.uint64_t, m C.int, p *C.mc_trtllm_desc_t, n C.size
 
 //export mcgo_trtllm_deregister
 func mcgo_trtllm_deregister(h C.uint64_t, m C.int, p *C.mc_trtllm_desc_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_deregister"
 	a, err := lookup(h)
 	if err != nil {
@@ -310,7 +310,7 @@ func mcgo_trtllm_local_conn_info(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 // connString fills out with the agent's connection string: it is both its
 // descriptor and its connection info (peers need nothing else).
 func connString(fn string, h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
 	}
@@ -343,21 +343,21 @@ func loadPeer(fn string, h C.uint64_t, name *C.char, nameLen C.size_t, info []by
 
 //export mcgo_trtllm_load_remote_desc
 func mcgo_trtllm_load_remote_desc(h C.uint64_t, name *C.char, nameLen C.size_t, p C.uintptr_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	b, err := blob("blob", p, n)
 	return loadPeer("mc_trtllm_load_remote_desc", h, name, nameLen, b, err)
 }
 
 //export mcgo_trtllm_load_remote_conn
 func mcgo_trtllm_load_remote_conn(h C.uint64_t, name *C.char, nameLen C.size_t, info *C.char, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	s, err := str("info", info, n)
 	return loadPeer("mc_trtllm_load_remote_conn", h, name, nameLen, []byte(s), err)
 }
 
 //export mcgo_trtllm_invalidate_remote
 func mcgo_trtllm_invalidate_remote(h C.uint64_t, name *C.char, nameLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_invalidate_remote"
 	a, err := lookup(h)
 	if err != nil {
@@ -372,7 +372,7 @@ func mcgo_trtllm_invalidate_remote(h C.uint64_t, name *C.char, nameLen C.size_t)
 
 //export mcgo_trtllm_submit
 func mcgo_trtllm_submit(h C.uint64_t, op, srcMem C.int, src *C.mc_trtllm_desc_t, dstMem C.int, dst *C.mc_trtllm_desc_t, n C.size_t, remote *C.char, remoteLen C.size_t, msg C.uintptr_t, msgLen C.size_t, hasMsg C.int, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_submit"
 	if out == nil {
 		return fail(fn, cbridge.Null("out_xfer"))
@@ -441,7 +441,7 @@ func mcgo_trtllm_xfer_wait(h, x C.uint64_t, timeoutMs C.int64_t, out *C.int32_t)
 // stores the transfer's state; an unknown agent or transfer reads FAILURE
 // (a status that outlived its agent).
 func xferWait(fn string, h, x C.uint64_t, timeoutMs C.int64_t, out *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	if out == nil {
 		return fail(fn, cbridge.Null("out_state"))
 	}
@@ -461,7 +461,7 @@ func xferWait(fn string, h, x C.uint64_t, timeoutMs C.int64_t, out *C.int32_t) (
 
 //export mcgo_trtllm_xfer_error
 func mcgo_trtllm_xfer_error(h, x C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_xfer_error"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -482,7 +482,7 @@ func mcgo_trtllm_xfer_error(h, x C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_trtllm_xfer_release
 func mcgo_trtllm_xfer_release(h, x C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_xfer_release"
 	a, err := lookup(h)
 	if err != nil {
@@ -493,7 +493,7 @@ func mcgo_trtllm_xfer_release(h, x C.uint64_t) (rc int32) {
 
 //export mcgo_trtllm_notify
 func mcgo_trtllm_notify(h C.uint64_t, name *C.char, nameLen C.size_t, msg C.uintptr_t, msgLen C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_notify"
 	a, err := lookup(h)
 	if err != nil {
@@ -518,7 +518,7 @@ func mcgo_trtllm_notify(h C.uint64_t, name *C.char, nameLen C.size_t, msg C.uint
 
 //export mcgo_trtllm_get_notifs
 func mcgo_trtllm_get_notifs(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_get_notifs"
 	if out == nil {
 		return fail(fn, cbridge.Null("out"))
@@ -533,7 +533,7 @@ func mcgo_trtllm_get_notifs(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_trtllm_check_remote
 func mcgo_trtllm_check_remote(h C.uint64_t, name *C.char, nameLen C.size_t, m C.int, p *C.mc_trtllm_desc_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_trtllm_check_remote"
 	a, err := lookup(h)
 	if err != nil {

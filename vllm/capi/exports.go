@@ -87,7 +87,7 @@ func fillBuf(out *C.mc_buf_t, b []byte) {
 
 //export mcgo_vllm_create
 func mcgo_vllm_create(settings *C.char, role C.int, out *C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_create"
 	if settings == nil {
 		return fail(fn, cbridge.Null("settings_json"))
@@ -120,7 +120,7 @@ func mcgo_vllm_create(settings *C.char, role C.int, out *C.uint64_t) (rc int32) 
 
 //export mcgo_vllm_destroy
 func mcgo_vllm_destroy(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_destroy"
 	c, err := cbridge.Take[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
 	if err != nil {
@@ -134,7 +134,7 @@ func mcgo_vllm_destroy(h C.uint64_t) (rc int32) {
 
 //export mcgo_vllm_lookup
 func mcgo_vllm_lookup(h C.uint64_t, args *C.char, outTokens *C.int64_t, outAsync *C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_lookup"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -157,7 +157,7 @@ func mcgo_vllm_lookup(h C.uint64_t, args *C.char, outTokens *C.int64_t, outAsync
 
 //export mcgo_vllm_update_after_alloc
 func mcgo_vllm_update_after_alloc(h C.uint64_t, args *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_update_after_alloc"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -172,7 +172,7 @@ func mcgo_vllm_update_after_alloc(h C.uint64_t, args *C.char) (rc int32) {
 
 //export mcgo_vllm_plan_save
 func mcgo_vllm_plan_save(h C.uint64_t, args *C.char, outBlocks *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_plan_save"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -191,7 +191,7 @@ func mcgo_vllm_plan_save(h C.uint64_t, args *C.char, outBlocks *C.int64_t) (rc i
 
 //export mcgo_vllm_preempted
 func mcgo_vllm_preempted(h C.uint64_t, ids *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_preempted"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -207,7 +207,7 @@ func mcgo_vllm_preempted(h C.uint64_t, ids *C.char) (rc int32) {
 
 //export mcgo_vllm_load_failed
 func mcgo_vllm_load_failed(h C.uint64_t, hashes *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_load_failed"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -223,7 +223,7 @@ func mcgo_vllm_load_failed(h C.uint64_t, hashes *C.char) (rc int32) {
 
 //export mcgo_vllm_request_finished
 func mcgo_vllm_request_finished(h C.uint64_t, args *C.char, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_request_finished"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -250,7 +250,7 @@ func mcgo_vllm_request_finished(h C.uint64_t, args *C.char, out *C.mc_buf_t) (rc
 
 //export mcgo_vllm_build_meta
 func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_build_meta"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -269,7 +269,7 @@ func mcgo_vllm_build_meta(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_vllm_take_stats_json
 func mcgo_vllm_take_stats_json(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_take_stats_json"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -293,7 +293,7 @@ func mcgo_vllm_take_stats_json(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_vllm_take_notes
 func mcgo_vllm_take_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_take_notes"
 	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
 	if err != nil {
@@ -318,7 +318,7 @@ func mcgo_vllm_take_notes(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_vllm_pool_error
 func mcgo_vllm_pool_error(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_pool_error"
 	c, err := cbridge.Lookup[*connector](cbridge.Handles, cbridge.Handle(h), "vllm connector")
 	if err != nil {
@@ -343,7 +343,7 @@ func mcgo_vllm_pool_error(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_vllm_reset
 func mcgo_vllm_reset(h C.uint64_t, outRemoved *C.int64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_reset"
 	c, err := lookup(h, vllm.RoleScheduler)
 	if err != nil {
@@ -358,7 +358,7 @@ func mcgo_vllm_reset(h C.uint64_t, outRemoved *C.int64_t) (rc int32) {
 
 //export mcgo_vllm_register_kv_caches
 func mcgo_vllm_register_kv_caches(h C.uint64_t, regions *C.mc_vllm_region_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_register_kv_caches"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -407,7 +407,7 @@ func mcgo_vllm_register_kv_caches(h C.uint64_t, regions *C.mc_vllm_region_t, n C
 
 //export mcgo_vllm_start_load
 func mcgo_vllm_start_load(h C.uint64_t, meta C.uintptr_t, n C.size_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_start_load"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -426,7 +426,7 @@ func mcgo_vllm_start_load(h C.uint64_t, meta C.uintptr_t, n C.size_t) (rc int32)
 
 //export mcgo_vllm_save_layer
 func mcgo_vllm_save_layer(h C.uint64_t, layer C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_save_layer"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -438,7 +438,7 @@ func mcgo_vllm_save_layer(h C.uint64_t, layer C.int32_t) (rc int32) {
 
 //export mcgo_vllm_wait_layer_load
 func mcgo_vllm_wait_layer_load(h C.uint64_t, layer C.int32_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_wait_layer_load"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -449,7 +449,7 @@ func mcgo_vllm_wait_layer_load(h C.uint64_t, layer C.int32_t) (rc int32) {
 
 //export mcgo_vllm_handle_preemptions
 func mcgo_vllm_handle_preemptions(h C.uint64_t, ids *C.char) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_handle_preemptions"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -464,7 +464,7 @@ func mcgo_vllm_handle_preemptions(h C.uint64_t, ids *C.char) (rc int32) {
 
 //export mcgo_vllm_wait_for_save
 func mcgo_vllm_wait_for_save(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_wait_for_save"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -475,7 +475,7 @@ func mcgo_vllm_wait_for_save(h C.uint64_t) (rc int32) {
 
 //export mcgo_vllm_wait_idle
 func mcgo_vllm_wait_idle(h C.uint64_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_wait_idle"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -490,7 +490,7 @@ func mcgo_vllm_wait_idle(h C.uint64_t) (rc int32) {
 
 //export mcgo_vllm_get_finished
 func mcgo_vllm_get_finished(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_get_finished"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {
@@ -510,7 +510,7 @@ func mcgo_vllm_get_finished(h C.uint64_t, out *C.mc_buf_t) (rc int32) {
 
 //export mcgo_vllm_take_stats
 func mcgo_vllm_take_stats(h C.uint64_t, out *C.mc_vllm_stats_t) (rc int32) {
-	defer cbridge.Recover(&rc)
+	defer cbridge.Guard(&rc)()
 	const fn = "mc_vllm_take_stats"
 	c, err := lookup(h, vllm.RoleWorker)
 	if err != nil {

@@ -13,6 +13,7 @@ back, so bytes flow both ways, from node1's segment and from A's.
 """
 
 import ctypes
+import json
 import mmap
 import os
 import re
@@ -517,3 +518,45 @@ def test_batch_get_alloc(store):
     null = ctypes.cast(None, ms._ALLOC_FN)
     assert lib.mc_store_batch_get_alloc(h, k_arr, l_arr, n, null, held, out) == errors.ERR_INVALID_ARGUMENT
     assert "alloc is NULL" in mooncake_go._lib.last_error(lib)
+
+
+PINNED_CALLER = r"""
+import ctypes, json, mmap, os, sys
+import mooncake_go
+st = mooncake_go.Store()
+st.setup("127.0.0.1", sys.argv[1], 0, 4 << 20, "tcp", "", sys.argv[2])
+full = os.sched_getaffinity(0)
+os.sched_setaffinity(0, {min(full)})  # this (main) thread only, as vLLM pins its worker's
+n, size = 16, 256 << 10
+buf = mmap.mmap(-1, n * size)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+st.register_buffer(base, n * size)
+ptrs = [base + i * size for i in range(n)]
+for r in range(40):
+    keys = [f"pinned/{os.getpid()}/{r}/{i}" for i in range(n)]
+    assert st.batch_put_from(keys, ptrs, [size] * n) == [0] * n
+    assert st.batch_get_into(keys, ptrs, [size] * n) == [size] * n
+    for k in keys:
+        st.remove(k, force=True)
+me = str(__import__("threading").get_native_id())
+masks = {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task") if t != me}
+print(json.dumps({"full": sorted(full), "others": masks}))
+st.unregister_buffer(base)
+st.close()
+"""
+
+
+def test_pinned_caller_leaves_go_threads_unpinned(lib_path, pool):
+    """A caller whose thread is pinned to one CPU (vLLM's CPU worker pins
+    its main thread) must not confine the library's own threads: the
+    runtime creates its threads from its template thread while an export
+    runs (cbridge.Guard), not by cloning the pinned caller."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: nothing to pin away from")
+    r = subprocess.run([sys.executable, "-c", PINNED_CALLER, pool.url, pool.rpc], env=child_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    pinned = {t: m for t, m in got["others"].items() if m != got["full"]}
+    assert len(got["others"]) >= 2, got  # the Go runtime's threads are there
+    assert pinned == {}, f"threads confined by the pinned caller: {pinned} (process CPUs {got['full']})"

@@ -15,7 +15,6 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/transfer"
-	"github.com/mooncake-go/mooncake/core/transfer/affinity"
 )
 
 // mapping is one target buffer mapped into this process.
@@ -289,10 +288,7 @@ func (p *peer) fetch(ctx context.Context, addr, n uint64) error {
 	// Fault the whole buffer in behind the first transfers: a page fault
 	// per 4 KiB on first touch held copies of a fresh mapping to a few
 	// GB/s. Best effort; it ends when the mapping is closed.
-	go func() {
-		affinity.Widen()
-		_ = r.Prefault()
-	}()
+	go func() { _ = r.Prefault() }()
 	return p.insert(mapping{base: resp.base, size: resp.size, buf: r.Bytes(), region: r})
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/metadata"
 	"github.com/mooncake-go/mooncake/core/transfer"
-	"github.com/mooncake-go/mooncake/core/transfer/affinity"
 )
 
 // maxWindow bounds Config.Window (slices in flight on one connection).
@@ -446,7 +445,6 @@ func (m *conn) exited(reader bool) {
 // WRITE's payload straight from the caller's buffer) in one vectored write.
 func (m *conn) writeLoop() {
 	defer m.exited(false)
-	affinity.Widen()
 	hdrs := make([]byte, m.window*headerLen)
 	iov := make([][]byte, 0, 2*m.window)
 	for {
@@ -495,7 +493,6 @@ func (m *conn) writeLoop() {
 // head for each, until the connection fails.
 func (m *conn) readLoop() {
 	defer m.exited(true)
-	affinity.Widen()
 	fr := newFrameReader(m.c, clientReadBuffer, statusLen)
 	var views [][]byte // scratch: a READ slice's destination pieces
 	for {
