@@ -27,6 +27,12 @@ Steps:
     to itself). Ratio = the connector's median over the prompts / raw's
     median over the batches of rounds 2-4 (the all-bytes-over-all-busy-
     time figures are printed too).
+ 5. With --raw-in-engine (before the loader): the raw client doing the
+    connector's job inside vLLM (rawconn.RawConnector in an instance of
+    its own): per prompt one put where ours saves and one get where ours
+    loads, async or sync as ours, with the same idle wait. Ratio = the
+    connector's median / this raw median (the like-for-like figure: the
+    same engine around both, at the same moments).
 """
 
 import argparse
@@ -97,9 +103,10 @@ def main():
                          "process, as vLLM runs one GPU by default; vLLM's CPU platform turns a bare uni back into mp)")
     ap.add_argument("--omp-passive", action="store_true",
                     help="OMP_WAIT_POLICY=PASSIVE for the instances: OpenMP threads sleep at once after a parallel region instead of spinning")
-    ap.add_argument("--raw-at-save", action="store_true",
-                    help="also time the raw store client's batch_put_from of one prompt's objects at the point our connector saves "
-                         "(wait_for_save after a --prompt-tokens prefill), in an instance running rawconn.RawPutConnector instead")
+    ap.add_argument("--raw-in-engine", "--raw-at-save", dest="raw_in_engine", action="store_true",
+                    help="also time the raw store client doing the connector's job inside vLLM (rawconn.RawConnector, an instance "
+                         "of its own): one prompt's batch_put_from where ours saves and one prompt's batch_get_into where ours loads, "
+                         "async or sync as ours (--save-sync, --sync), with the same idle wait")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -113,7 +120,7 @@ def main():
     # Saved and fresh prompts, the two warm-ups' 8 blocks each and one raw
     # batch (one prompt's worth), under the master's eviction watermark
     # (0.9) with room to spare: an eviction would drop objects raw reads.
-    pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1) + kv_per_token * 32 * 16) * 5 // 4
+    pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1 + (a.repeats if a.raw_in_engine else 0)) + kv_per_token * 32 * 16) * 5 // 4
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
@@ -190,22 +197,42 @@ def main():
         sm = {k: safter[k] - sbefore[k] for k in safter}
         saver.close()
         keys = {k: v for k, v in bench_keys().items()}
-        if a.raw_at_save:
-            # The raw client's put where ours starts a step's saves: right
-            # after a prefill of the same length, same layout and settings.
+        if a.raw_in_engine:
+            # The raw store client doing our connector's job in an instance
+            # of its own (rawconn.RawConnector): each prompt's put where ours
+            # saves (wait_for_save after the prefill; async or not as ours),
+            # then each prompt's get where ours loads (a hit's async load
+            # started in start_load_kv, or a sync one before the forward),
+            # same layout, settings and pacing (a flush request after each).
+            tag = f"r{os.getpid()}"
             rex = {"master_server_address": pool.master, "metadata_server": pool.metadata,
-                   "objects": blocks_per_prompt, "object_bytes": 32 * kv_per_token, "min_tokens": a.prompt_tokens // 2}
+                   "objects": blocks_per_prompt, "object_bytes": 32 * kv_per_token, "min_tokens": a.prompt_tokens // 2,
+                   "tag": tag, "save_async": not a.save_sync, "load_async": not a.sync,
+                   "idle_wait_ms": 5 if a.idle_wait_ms is None else a.idle_wait_ms}
             renv = {**env, "PYTHONPATH": os.pathsep.join([str(HERE), mcrig.child_env()["PYTHONPATH"]])}
-            rawat = start("bench-raw-at-save", env=renv,
-                          ktc={"kv_connector": "RawPutConnector", "kv_connector_module_path": "rawconn",
+            rawat = start("bench-raw-in-engine", env=renv,
+                          ktc={"kv_connector": "RawConnector", "kv_connector_module_path": "rawconn",
                                "kv_role": "kv_both", "kv_connector_extra_config": rex})
+
+            def raw_objects():
+                return sum(1 for k in pool.keys() if k.startswith(f"bench-rawconn/{tag}/"))
+
             for i in range(a.repeats):
                 rawat.generate([prompt(3000 + i, a.prompt_tokens)], max_tokens=1)
+                time.sleep(0.5)
+                mcrig.wait_until(lambda: raw_objects() >= (i + 1) * blocks_per_prompt, 300,
+                                 f"raw save {i}'s objects in the pool", tail=pool.tails, interval=0.5)
+                flush(rawat)
+            for i in range(a.repeats):
+                rawat.generate([prompt(4000 + i, a.prompt_tokens)], max_tokens=1, kv_transfer_params=[{"raw_load": i}])
+                flush(rawat)
             figs = rawat.cmd("connector_figures")["ranks"][0]
             rawat.close()
-            assert len(figs) == a.repeats, f"raw-at-save timed {len(figs)} puts for {a.repeats} prompts"
-            out["raw_at_save_put_each_gbps"] = figs
-            out["raw_at_save_put_gbps"] = statistics.median(figs)
+            assert len(figs["put"]) == a.repeats and len(figs["get"]) == a.repeats, \
+                f"raw in the engine timed {len(figs['put'])} puts and {len(figs['get'])} gets for {a.repeats} prompts"
+            out["raw_in_engine_put_each_gbps"], out["raw_in_engine_get_each_gbps"] = figs["put"], figs["get"]
+            out["raw_in_engine_put_gbps"] = statistics.median(figs["put"])
+            out["raw_in_engine_get_gbps"] = statistics.median(figs["get"])
         out["pool_objects"], out["pool_bytes"] = len(keys), sum(keys.values())
 
         # Loader (fresh process): the new prompts first (misses,
@@ -262,8 +289,9 @@ def main():
         out["save_ratio"] = out["connector_save_gbps"] / out["raw_put_gbps"]
         out["load_ratio_in_worker"] = out["connector_load_gbps"] / out["raw_in_worker_get_gbps"]
         out["save_ratio_in_worker"] = out["connector_save_gbps"] / out["raw_in_worker_put_gbps"]
-        if a.raw_at_save:
-            out["save_ratio_at_save"] = out["connector_save_gbps"] / out["raw_at_save_put_gbps"]
+        if a.raw_in_engine:
+            out["save_ratio_in_engine"] = out["connector_save_gbps"] / out["raw_in_engine_put_gbps"]
+            out["load_ratio_in_engine"] = out["connector_load_gbps"] / out["raw_in_engine_get_gbps"]
         out["load_total_ratio"] = out["connector_load_total_gbps"] / out["raw_get_gbps"]
         out["save_total_ratio"] = out["connector_save_total_gbps"] / out["raw_put_gbps"]
         out["elapsed_s"] = time.monotonic() - t0
@@ -287,9 +315,10 @@ def main():
     print(f"raw in the loader's worker, engine running: get {out['raw_in_worker_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_worker']:.2f}),"
           f" put {out['raw_in_worker_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_worker']:.2f});"
           f" rounds get {[round(x, 2) for x in out['raw_in_worker_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_in_worker_put_rounds_gbps']]}")
-    if a.raw_at_save:
-        print(f"raw put at wait_for_save after a prefill (rawconn): {out['raw_at_save_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_at_save']:.2f});"
-              f" per prompt {[round(x, 2) for x in out['raw_at_save_put_each_gbps']]}")
+    if a.raw_in_engine:
+        print(f"raw in the engine (rawconn, where and as ours moves): put {out['raw_in_engine_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_engine']:.2f}),"
+              f" get {out['raw_in_engine_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_engine']:.2f});"
+              f" per prompt put {[round(x, 2) for x in out['raw_in_engine_put_each_gbps']]}, get {[round(x, 2) for x in out['raw_in_engine_get_each_gbps']]}")
     print(f"raw rounds (median of the round's batches of {blocks_per_prompt} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
     print(f"connector: saver {out['saver']}, loader {out['loader_hits']}")
     print(f"logs: {work}")

@@ -22,7 +22,8 @@ builds the LLM, then answers one JSON line per JSON command line:
                               sent by llm.collective_rpc while the engine
                               runs (needs VLLM_ALLOW_INSECURE_SERIALIZATION=1)
     {"op": "connector_figures"} -> {"ranks": [the worker connector's
-                              `figures` list per worker] (rawconn.py)
+                              `figures` (a list, or a dict of lists) per
+                              worker] (rawconn.py)
     {"op": "exit"}         -> {"bye": true}, then shuts vLLM down
 
 Replies go to the original stdout only; everything vLLM prints goes to
@@ -97,7 +98,8 @@ def _raw_in_worker(worker, *args):
 def _connector_figures(worker):
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
-    return list(getattr(get_kv_transfer_group(), "figures", None) or [])
+    figs = getattr(get_kv_transfer_group(), "figures", None)
+    return dict(figs) if isinstance(figs, dict) else list(figs or [])
 
 
 def _reply_channel():

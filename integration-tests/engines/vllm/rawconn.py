@@ -1,26 +1,47 @@
-"""A benchmark-only vLLM KV connector: the raw store client at the moment
-our connector saves. Its wait_for_save (called as the forward context
-exits, where MooncakeGoConnector starts a step's saves) writes `objects`
-values of `object_bytes` each with one batch_put_from from a registered,
-faulted-in buffer, whenever the step scheduled at least `min_tokens`
-tokens (a long prefill), and records the GB/s; the objects are removed
-again after the timing. Nothing is looked up or loaded (every lookup is a
-miss). bench.py --raw-at-save runs it in an instance of its own:
+"""A benchmark-only vLLM KV connector: the raw store client doing what our
+connector does, where and how it does it, so that the connector's figures
+can be compared with the raw client's under the same engine, at the same
+moments, with the same concurrency.
 
-    kv_connector="RawPutConnector", kv_connector_module_path="rawconn",
+Saves: the step that prefills a request of at least `min_tokens` tokens
+writes `objects` values of `object_bytes` each (one prompt's blocks) with
+one batch_put_from from a registered, faulted-in buffer. With
+`save_async` (our connector's default, mc_save_async) the put runs on a
+thread started in wait_for_save, vLLM holds the request's blocks
+(request_finished answers True) and the worker reports the request in
+finished-sending once the put is done, as ours does; otherwise the put
+runs inside wait_for_save. The objects stay in the pool for the loads.
+
+Loads: a request whose kv_transfer_params are {"raw_load": i} is offered
+what our connector offers on a full hit (every full block; with sync
+loads every full block but the one holding the last token), and the worker
+reads that many of save i's objects with one batch_get_into into a
+registered scratch buffer (not vLLM's KV cache: only the timing matters
+here, the first token of such a request is not checked). With
+`load_async` (vLLM's async path, our default) the read runs on a thread
+started in start_load_kv and the request waits in WAITING_FOR_REMOTE_KVS
+until the worker reports it in finished-receiving; otherwise it runs in
+start_load_kv before the forward. A step with nothing to compute waits up
+to `idle_wait_ms` for a transfer to finish, as ours (mc_idle_wait_ms).
+
+    kv_connector="RawConnector", kv_connector_module_path="rawconn",
     kv_connector_extra_config={"master_server_address", "metadata_server",
-                               "objects", "object_bytes", "min_tokens"}
+        "objects", "object_bytes", "min_tokens", "tag", "save_async",
+        "load_async", "idle_wait_ms"}
 
-The figures are read with driver.py's connector_figures op. Setting up
-(store client, buffer, one warm-up write that maps the node's segment)
-happens in register_kv_caches, before any step is timed.
+Keys: bench-rawconn/<tag>/<save index>/<object index>. The figures (GB/s
+of each timed put and get: bytes / wall time of the call) are read with
+driver.py's connector_figures op as {"put": [...], "get": [...]}. Set-up
+(store client, buffers, a warm-up write and read that map the node's
+segment) happens in register_kv_caches, before any step is timed.
+`RawPutConnector` is the former name.
 """
 
 import ctypes
 import mmap
-import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
@@ -32,9 +53,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 @dataclass
 class RawMeta(KVConnectorMetadata):
     tokens: int = 0
+    saves: list = field(default_factory=list)  # [(req_id, save index)]
+    loads: list = field(default_factory=list)  # [(req_id, save index, objects)]
 
 
-class RawPutConnector(KVConnectorBase_V1):
+def _flag(v):
+    return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
+
+
+class RawConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
         ex = dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
@@ -43,51 +70,145 @@ class RawPutConnector(KVConnectorBase_V1):
         self._n = int(ex.get("objects", 128))
         self._size = int(ex.get("object_bytes", 2 << 20))
         self._min_tokens = int(ex.get("min_tokens", 1024))
+        self._tag = str(ex.get("tag", "raw"))
+        self._save_async = _flag(ex.get("save_async", False))
+        self._load_async = _flag(ex.get("load_async", False))
+        self._idle_wait = float(ex.get("idle_wait_ms", 5)) / 1e3
+        self._block = int(vllm_config.cache_config.block_size)
+        # Scheduler side.
+        self._claimed = set()  # request ids offered a load (once each)
+        self._new_loads = []  # planned since the last metadata
+        self._saving = set()  # request ids whose blocks wait for an async put
+        self._nsaves = 0
+        # Worker side.
         self._st = None
-        self._seq = 0
-        self.figures = []  # GB/s of each timed batch_put_from
+        self._cv = threading.Condition()
+        self._inflight = 0
+        self._news = 0  # transfers ended since the last get_finished
+        self._put_done, self._get_done, self._finished = set(), set(), set()
+        self._errors = []
+        self.figures = {"put": [], "get": []}
 
-    # Scheduler side: no external hits, one number per step.
+    def _keys(self, idx, n):
+        return [f"bench-rawconn/{self._tag}/{idx}/{j}" for j in range(n)]
+
+    # ---- scheduler side ----
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        return 0, False
+        p = getattr(request, "kv_transfer_params", None) or {}
+        if "raw_load" not in p or request.request_id in self._claimed:
+            return 0, False
+        tokens = int(request.num_tokens)
+        blocks = min(tokens // self._block, self._n)
+        if not self._load_async and blocks * self._block >= tokens:
+            blocks = (tokens - 1) // self._block  # a sync load leaves the last token to compute
+        n = blocks * self._block - int(num_computed_tokens)
+        return max(n, 0), bool(n > 0 and self._load_async)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
-        pass
+        if num_external_tokens > 0:
+            rid = request.request_id
+            self._claimed.add(rid)
+            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), int(num_external_tokens) // self._block))
 
     def build_connector_meta(self, scheduler_output):
-        return RawMeta(tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0))
+        saves = []
+        for nr in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+            if nr.req_id in self._claimed:
+                continue
+            if int(scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)) >= self._min_tokens:
+                saves.append((nr.req_id, self._nsaves))
+                self._nsaves += 1
+                if self._save_async:
+                    self._saving.add(nr.req_id)
+        loads, self._new_loads = self._new_loads, []
+        return RawMeta(tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0), saves=saves, loads=loads)
 
-    # Worker side.
+    def request_finished(self, request, block_ids):
+        rid = request.request_id
+        self._claimed.discard(rid)
+        if rid in self._saving:
+            self._saving.discard(rid)
+            return True, None  # blocks held until finished-sending
+        return False, None
+
+    # ---- worker side ----
+
     def register_kv_caches(self, kv_caches):
         from mooncake_go.store import Store
 
         total = self._n * self._size
         self._buf = mmap.mmap(-1, total)
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(self._buf))
-        ctypes.memset(self._base, 1, total)  # fault the buffer in
+        self._scratch = mmap.mmap(-1, total)
+        self._sbase = ctypes.addressof(ctypes.c_char.from_buffer(self._scratch))
+        ctypes.memset(self._base, 1, total)  # fault the buffers in
+        ctypes.memset(self._sbase, 0, total)
         st = Store()
         rc = st.setup("127.0.0.1", self._metadata, 0, 16 << 20, "tcp", "", self._master)
         if rc not in (None, 0):  # mooncake_go.store raises; a code is upstream's convention
             raise RuntimeError(f"rawconn: store setup failed: {rc}")
         st.register_buffer(self._base, total)
+        st.register_buffer(self._sbase, total)
         self._st = st
-        self._put()  # warm-up: maps the node's segment into this process
+        # Warm-up (not recorded): maps the node's segment into this process.
+        self._put("warmup")
+        self._get("warmup", self._n)
+        for k in self._keys("warmup", self._n):
+            st.remove(k, force=True)
 
-    def _put(self):
-        self._seq += 1
-        keys = [f"bench-rawconn/{os.getpid()}/{self._seq}/{i}" for i in range(self._n)]
+    def _put(self, idx):
+        keys = self._keys(idx, self._n)
         ptrs = [self._base + i * self._size for i in range(self._n)]
         t = time.perf_counter()
         res = self._st.batch_put_from(keys, ptrs, [self._size] * self._n)
         dt = time.perf_counter() - t
-        for k in keys:
-            self._st.remove(k, force=True)
         if any(x != 0 for x in res):
-            raise RuntimeError(f"rawconn: batch_put_from failed: {res[:4]}")
+            raise RuntimeError(f"rawconn: batch_put_from of save {idx} failed: {res[:4]}")
         return self._n * self._size / dt / 1e9
 
+    def _get(self, idx, n):
+        keys = self._keys(idx, n)
+        ptrs = [self._sbase + i * self._size for i in range(n)]
+        t = time.perf_counter()
+        res = self._st.batch_get_into(keys, ptrs, [self._size] * n)
+        dt = time.perf_counter() - t
+        if any(x != self._size for x in res):
+            raise RuntimeError(f"rawconn: batch_get_into of save {idx} failed: {res[:4]}")
+        return n * self._size / dt / 1e9
+
+    def _background(self, what, fn, rid):
+        """Runs fn on a thread of its own; when it ends (done or failed) rid
+        goes into the put or get completion set, read under the lock when
+        it ends (get_finished replaces the get set)."""
+        def run():
+            try:
+                g = fn()
+                with self._cv:
+                    self.figures[what].append(g)
+            except Exception as e:  # recorded; the request is still reported, as a failed transfer would be
+                with self._cv:
+                    self._errors.append(f"{what} {rid}: {e}")
+            finally:
+                with self._cv:
+                    self._inflight -= 1
+                    (self._put_done if what == "put" else self._get_done).add(rid)
+                    self._news += 1
+                    self._cv.notify_all()
+
+        with self._cv:
+            self._inflight += 1
+        threading.Thread(target=run, name=f"rawconn-{what}", daemon=True).start()
+
     def start_load_kv(self, forward_context, **kwargs):
-        pass
+        meta = self._get_connector_metadata()
+        if self._st is None or not isinstance(meta, RawMeta):
+            return
+        for rid, idx, n in meta.loads:
+            if self._load_async:
+                self._background("get", lambda idx=idx, n=n: self._get(idx, n), rid)
+            else:
+                self.figures["get"].append(self._get(idx, n))
 
     def wait_for_layer_load(self, layer_name):
         pass
@@ -97,14 +218,44 @@ class RawPutConnector(KVConnectorBase_V1):
 
     def wait_for_save(self):
         meta = self._get_connector_metadata()
-        if self._st is not None and isinstance(meta, RawMeta) and meta.tokens >= self._min_tokens:
-            self.figures.append(self._put())
+        if self._st is None or not isinstance(meta, RawMeta):
+            return
+        for rid, idx in meta.saves:
+            if self._save_async:
+                self._background("put", lambda idx=idx: self._put(idx), rid)
+            else:
+                self.figures["put"].append(self._put(idx))
+
+    def get_finished(self, finished_req_ids):
+        meta = self._get_connector_metadata()
+        with self._cv:
+            self._finished.update(finished_req_ids or ())
+            if isinstance(meta, RawMeta) and meta.tokens == 0 and self._inflight and not self._news:
+                self._cv.wait(self._idle_wait)  # our connector's mc_idle_wait_ms
+            self._news = 0
+            if self._errors:
+                raise RuntimeError("rawconn: " + "; ".join(self._errors))
+            sending = self._put_done & self._finished
+            self._put_done -= sending
+            self._finished -= sending
+            recving, self._get_done = self._get_done, set()
+        return (sending or None), (recving or None)
 
     def shutdown(self):
         if self._st is not None:
+            for idx in range(self._nsaves_seen()):
+                for k in self._keys(idx, self._n):
+                    self._st.remove(k, force=True)
             self._st.unregister_buffer(self._base)
+            self._st.unregister_buffer(self._sbase)
             self._st.close()
             self._st = None
 
+    def _nsaves_seen(self):
+        return len(self.figures["put"])
 
-__all__ = ["RawPutConnector", "KVConnectorRole"]
+
+RawPutConnector = RawConnector  # the former name
+
+__all__ = ["RawConnector", "RawPutConnector", "KVConnectorRole"]
+
