@@ -107,6 +107,9 @@ def main():
                     help="also time the raw store client doing the connector's job inside vLLM (rawconn.RawConnector, an instance "
                          "of its own): one prompt's batch_put_from where ours saves and one prompt's batch_get_into where ours loads, "
                          "async or sync as ours (--save-sync, --sync), with the same idle wait")
+    ap.add_argument("--raw-target", choices=["kv", "scratch"], default="kv",
+                    help="--raw-in-engine's memory: kv (vLLM's KV cache, the request's own blocks, one part per layer tensor, as ours) "
+                         "or scratch (contiguous buffers of its own)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
@@ -143,7 +146,7 @@ def main():
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
            "load_async": not a.sync, "save_async": not a.save_sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor,
-           "omp_passive": a.omp_passive}
+           "omp_passive": a.omp_passive, "raw_target": a.raw_target if a.raw_in_engine else None}
     blocks_per_prompt = a.prompt_tokens // 32
 
     def flush(d):
@@ -208,7 +211,7 @@ def main():
             rex = {"master_server_address": pool.master, "metadata_server": pool.metadata,
                    "objects": blocks_per_prompt, "object_bytes": 32 * kv_per_token, "min_tokens": a.prompt_tokens // 2,
                    "tag": tag, "save_async": not a.save_sync, "load_async": not a.sync,
-                   "idle_wait_ms": 5 if a.idle_wait_ms is None else a.idle_wait_ms}
+                   "idle_wait_ms": 5 if a.idle_wait_ms is None else a.idle_wait_ms, "target": a.raw_target}
             renv = {**env, "PYTHONPATH": os.pathsep.join([str(HERE), mcrig.child_env()["PYTHONPATH"]])}
             rawat = start("bench-raw-in-engine", env=renv,
                           ktc={"kv_connector": "RawConnector", "kv_connector_module_path": "rawconn",
@@ -316,7 +319,7 @@ def main():
           f" put {out['raw_in_worker_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_worker']:.2f});"
           f" rounds get {[round(x, 2) for x in out['raw_in_worker_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_in_worker_put_rounds_gbps']]}")
     if a.raw_in_engine:
-        print(f"raw in the engine (rawconn, where and as ours moves): put {out['raw_in_engine_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_engine']:.2f}),"
+        print(f"raw in the engine (rawconn, where and as ours moves; {a.raw_target}): put {out['raw_in_engine_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_engine']:.2f}),"
               f" get {out['raw_in_engine_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_engine']:.2f});"
               f" per prompt put {[round(x, 2) for x in out['raw_in_engine_put_each_gbps']]}, get {[round(x, 2) for x in out['raw_in_engine_get_each_gbps']]}")
     print(f"raw rounds (median of the round's batches of {blocks_per_prompt} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")

@@ -27,7 +27,16 @@ to `idle_wait_ms` for a transfer to finish, as ours (mc_idle_wait_ms).
     kv_connector="RawConnector", kv_connector_module_path="rawconn",
     kv_connector_extra_config={"master_server_address", "metadata_server",
         "objects", "object_bytes", "min_tokens", "tag", "save_async",
-        "load_async", "idle_wait_ms"}
+        "load_async", "idle_wait_ms", "target"}
+
+With `target` "kv" (bench.py's choice) the puts read and the gets write
+vLLM's KV cache itself: each object is one block, its parts the block's
+bytes in every layer's tensor (batch_put_from_parts /
+batch_get_into_parts over the registered tensors, the regions our
+connector derives: mooncake_go.vllm.connector.regions_of), the request's
+own blocks; so the memory, the pieces and the block ids are ours, only
+the connector machinery is missing. "scratch" (the default) moves
+contiguous objects from and into buffers of its own.
 
 Keys: bench-rawconn/<tag>/<save index>/<object index>. The figures (GB/s
 of each timed put and get: bytes / wall time of the call) are read with
@@ -53,8 +62,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 @dataclass
 class RawMeta(KVConnectorMetadata):
     tokens: int = 0
-    saves: list = field(default_factory=list)  # [(req_id, save index)]
-    loads: list = field(default_factory=list)  # [(req_id, save index, objects)]
+    saves: list = field(default_factory=list)  # [(req_id, save index, block ids)]
+    loads: list = field(default_factory=list)  # [(req_id, save index, block ids)]
 
 
 def _flag(v):
@@ -74,6 +83,7 @@ class RawConnector(KVConnectorBase_V1):
         self._save_async = _flag(ex.get("save_async", False))
         self._load_async = _flag(ex.get("load_async", False))
         self._idle_wait = float(ex.get("idle_wait_ms", 5)) / 1e3
+        self._kv = str(ex.get("target", "scratch")) == "kv"
         self._block = int(vllm_config.cache_config.block_size)
         # Scheduler side.
         self._claimed = set()  # request ids offered a load (once each)
@@ -109,7 +119,9 @@ class RawConnector(KVConnectorBase_V1):
         if num_external_tokens > 0:
             rid = request.request_id
             self._claimed.add(rid)
-            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), int(num_external_tokens) // self._block))
+            ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
+            n = int(num_external_tokens) // self._block
+            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), ids[:n] if self._kv else [0] * n))
 
     def build_connector_meta(self, scheduler_output):
         saves = []
@@ -117,7 +129,8 @@ class RawConnector(KVConnectorBase_V1):
             if nr.req_id in self._claimed:
                 continue
             if int(scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)) >= self._min_tokens:
-                saves.append((nr.req_id, self._nsaves))
+                ids = list(nr.block_ids[0]) if nr.block_ids else []
+                saves.append((nr.req_id, self._nsaves, ids[:self._n] if self._kv else [0] * self._n))
                 self._nsaves += 1
                 if self._save_async:
                     self._saving.add(nr.req_id)
@@ -138,6 +151,13 @@ class RawConnector(KVConnectorBase_V1):
         from mooncake_go.store import Store
 
         total = self._n * self._size
+        if self._kv:
+            from mooncake_go.vllm.connector import regions_of
+
+            self._regions = [(r[0], r[1]) for r in regions_of(kv_caches)]
+            self._spans = sorted({(r[0], r[1] * r[2]) for r in regions_of(kv_caches)})
+            assert sum(bb for _, bb in self._regions) == self._size, \
+                f"rawconn: a block is {sum(bb for _, bb in self._regions)} bytes in the KV cache, object_bytes says {self._size}"
         self._buf = mmap.mmap(-1, total)
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(self._buf))
         self._scratch = mmap.mmap(-1, total)
@@ -150,28 +170,43 @@ class RawConnector(KVConnectorBase_V1):
             raise RuntimeError(f"rawconn: store setup failed: {rc}")
         st.register_buffer(self._base, total)
         st.register_buffer(self._sbase, total)
+        if self._kv:
+            for base, size in self._spans:
+                st.register_buffer(base, size)
         self._st = st
         # Warm-up (not recorded): maps the node's segment into this process.
-        self._put("warmup")
-        self._get("warmup", self._n)
+        kv, self._kv = self._kv, False
+        self._put("warmup", [0] * self._n)
+        self._get("warmup", [0] * self._n)
+        self._kv = kv
         for k in self._keys("warmup", self._n):
             st.remove(k, force=True)
 
-    def _put(self, idx):
-        keys = self._keys(idx, self._n)
-        ptrs = [self._base + i * self._size for i in range(self._n)]
+    def _parts(self, blocks):
+        ptrs = [[base + b * bb for base, bb in self._regions] for b in blocks]
+        return ptrs, [[bb for _, bb in self._regions]] * len(blocks)
+
+    def _put(self, idx, blocks):
+        n = len(blocks)
+        keys = self._keys(idx, n)
         t = time.perf_counter()
-        res = self._st.batch_put_from(keys, ptrs, [self._size] * self._n)
+        if self._kv:
+            res = self._st.batch_put_from_parts(keys, *self._parts(blocks))
+        else:
+            res = self._st.batch_put_from(keys, [self._base + i * self._size for i in range(n)], [self._size] * n)
         dt = time.perf_counter() - t
         if any(x != 0 for x in res):
             raise RuntimeError(f"rawconn: batch_put_from of save {idx} failed: {res[:4]}")
-        return self._n * self._size / dt / 1e9
+        return n * self._size / dt / 1e9
 
-    def _get(self, idx, n):
+    def _get(self, idx, blocks):
+        n = len(blocks)
         keys = self._keys(idx, n)
-        ptrs = [self._sbase + i * self._size for i in range(n)]
         t = time.perf_counter()
-        res = self._st.batch_get_into(keys, ptrs, [self._size] * n)
+        if self._kv:
+            res = self._st.batch_get_into_parts(keys, *self._parts(blocks))
+        else:
+            res = self._st.batch_get_into(keys, [self._sbase + i * self._size for i in range(n)], [self._size] * n)
         dt = time.perf_counter() - t
         if any(x != self._size for x in res):
             raise RuntimeError(f"rawconn: batch_get_into of save {idx} failed: {res[:4]}")
@@ -204,11 +239,11 @@ class RawConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if self._st is None or not isinstance(meta, RawMeta):
             return
-        for rid, idx, n in meta.loads:
+        for rid, idx, blocks in meta.loads:
             if self._load_async:
-                self._background("get", lambda idx=idx, n=n: self._get(idx, n), rid)
+                self._background("get", lambda idx=idx, blocks=blocks: self._get(idx, blocks), rid)
             else:
-                self.figures["get"].append(self._get(idx, n))
+                self.figures["get"].append(self._get(idx, blocks))
 
     def wait_for_layer_load(self, layer_name):
         pass
@@ -220,11 +255,11 @@ class RawConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if self._st is None or not isinstance(meta, RawMeta):
             return
-        for rid, idx in meta.saves:
+        for rid, idx, blocks in meta.saves:
             if self._save_async:
-                self._background("put", lambda idx=idx: self._put(idx), rid)
+                self._background("put", lambda idx=idx, blocks=blocks: self._put(idx, blocks), rid)
             else:
-                self.figures["put"].append(self._put(idx))
+                self.figures["put"].append(self._put(idx, blocks))
 
     def get_finished(self, finished_req_ids):
         meta = self._get_connector_metadata()
@@ -248,6 +283,8 @@ class RawConnector(KVConnectorBase_V1):
                     self._st.remove(k, force=True)
             self._st.unregister_buffer(self._base)
             self._st.unregister_buffer(self._sbase)
+            for base, _ in (self._spans if self._kv else ()):
+                self._st.unregister_buffer(base)
             self._st.close()
             self._st = None
 
