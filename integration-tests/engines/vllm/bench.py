@@ -120,8 +120,9 @@ def main():
     t0 = time.monotonic()
     model = mcrig.tiny_llama(sys.executable, cfg, seed=1)
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
-    # Saved and fresh prompts, the two warm-ups' 8 blocks each and one raw
-    # batch (one prompt's worth), under the master's eviction watermark
+    # Saved and fresh prompts, --raw-in-engine's saves (kept for its
+    # loads), the two warm-ups' 8 blocks each and one raw batch (one
+    # prompt's worth), under the master's eviction watermark
     # (0.9) with room to spare: an eviction would drop objects raw reads.
     pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1 + (a.repeats if a.raw_in_engine else 0)) + kv_per_token * 32 * 16) * 5 // 4
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
@@ -216,6 +217,8 @@ def main():
             rawat = start("bench-raw-in-engine", env=renv,
                           ktc={"kv_connector": "RawConnector", "kv_connector_module_path": "rawconn",
                                "kv_role": "kv_both", "kv_connector_extra_config": rex})
+
+            rawat.generate([prompt(996, 64)], max_tokens=1)  # warm-up, as the other instances (below min_tokens: no save)
 
             def raw_objects():
                 return sum(1 for k in pool.keys() if k.startswith(f"bench-rawconn/{tag}/"))

@@ -4,8 +4,8 @@ can be compared with the raw client's under the same engine, at the same
 moments, with the same concurrency.
 
 Saves: the step that prefills a request of at least `min_tokens` tokens
-writes `objects` values of `object_bytes` each (one prompt's blocks) with
-one batch_put_from from a registered, faulted-in buffer. With
+writes its first blocks (at most `objects`, each `object_bytes`) as
+objects with one batch call (see `target`). With
 `save_async` (our connector's default, mc_save_async) the put runs on a
 thread started in wait_for_save, vLLM holds the request's blocks
 (request_finished answers True) and the worker reports the request in
@@ -14,29 +14,32 @@ runs inside wait_for_save. The objects stay in the pool for the loads.
 
 Loads: a request whose kv_transfer_params are {"raw_load": i} is offered
 what our connector offers on a full hit (every full block; with sync
-loads every full block but the one holding the last token), and the worker
-reads that many of save i's objects with one batch_get_into into a
-registered scratch buffer (not vLLM's KV cache: only the timing matters
-here, the first token of such a request is not checked). With
-`load_async` (vLLM's async path, our default) the read runs on a thread
-started in start_load_kv and the request waits in WAITING_FOR_REMOTE_KVS
-until the worker reports it in finished-receiving; otherwise it runs in
-start_load_kv before the forward. A step with nothing to compute waits up
-to `idle_wait_ms` for a transfer to finish, as ours (mc_idle_wait_ms).
+loads every full block but the one holding the last token), less its
+local prefix hit, and the worker reads that many of save i's objects
+(those after the hit) with one batch call. With `load_async` (vLLM's
+async path, our default) the read runs on a thread started in
+start_load_kv, the request waits in WAITING_FOR_REMOTE_KVS until the
+worker reports it in finished-receiving, and vLLM holds its blocks if
+it finishes meanwhile; otherwise the read runs in start_load_kv before
+the forward. A step with nothing to compute waits up to `idle_wait_ms`
+for a transfer to end, as ours (mc_idle_wait_ms). The first token of
+such a request is not checked (it loads another prompt's blocks).
+
+`target`: "kv" (bench.py's default) reads and writes vLLM's KV cache
+itself: each object is one block, its parts the block's bytes in every
+layer's tensor (batch_put_from_parts / batch_get_into_parts over the
+registered tensors, the regions our connector derives:
+mooncake_go.vllm.connector.regions_of), the request's own blocks; so the
+memory, the pieces and the block ids are ours, only the connector
+machinery is missing. "scratch" moves contiguous objects from and into
+registered buffers of its own. Each figure times the batch call of the
+store's C ABI alone (its argument arrays are built before the clock
+starts, as the connector's figures are timed inside Go).
 
     kv_connector="RawConnector", kv_connector_module_path="rawconn",
     kv_connector_extra_config={"master_server_address", "metadata_server",
         "objects", "object_bytes", "min_tokens", "tag", "save_async",
         "load_async", "idle_wait_ms", "target"}
-
-With `target` "kv" (bench.py's choice) the puts read and the gets write
-vLLM's KV cache itself: each object is one block, its parts the block's
-bytes in every layer's tensor (batch_put_from_parts /
-batch_get_into_parts over the registered tensors, the regions our
-connector derives: mooncake_go.vllm.connector.regions_of), the request's
-own blocks; so the memory, the pieces and the block ids are ours, only
-the connector machinery is missing. "scratch" (the default) moves
-contiguous objects from and into buffers of its own.
 
 Keys: bench-rawconn/<tag>/<save index>/<object index>. The figures (GB/s
 of each timed put and get: bytes / wall time of the call) are read with
@@ -62,8 +65,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 @dataclass
 class RawMeta(KVConnectorMetadata):
     tokens: int = 0
-    saves: list = field(default_factory=list)  # [(req_id, save index, block ids)]
-    loads: list = field(default_factory=list)  # [(req_id, save index, block ids)]
+    saves: list = field(default_factory=list)  # [(req_id, save index, first object, block ids)]
+    loads: list = field(default_factory=list)  # [(req_id, save index, first object, block ids)]
 
 
 def _flag(v):
@@ -89,6 +92,8 @@ class RawConnector(KVConnectorBase_V1):
         self._claimed = set()  # request ids offered a load (once each)
         self._new_loads = []  # planned since the last metadata
         self._saving = set()  # request ids whose blocks wait for an async put
+        self._loading = set()  # request ids with an async get in flight (blocks held if they finish)
+        self._first = {}  # request id -> first object to load (its local prefix hit in blocks)
         self._nsaves = 0
         # Worker side.
         self._st = None
@@ -97,10 +102,12 @@ class RawConnector(KVConnectorBase_V1):
         self._news = 0  # transfers ended since the last get_finished
         self._put_done, self._get_done, self._finished = set(), set(), set()
         self._errors = []
+        self._put_rids = set()  # request ids with an async put (their finished ids are kept)
+        self._saves = 0  # save indexes seen (their objects are removed at shutdown)
         self.figures = {"put": [], "get": []}
 
-    def _keys(self, idx, n):
-        return [f"bench-rawconn/{self._tag}/{idx}/{j}" for j in range(n)]
+    def _keys(self, idx, first, n):
+        return [f"bench-rawconn/{self._tag}/{idx}/{j}" for j in range(first, first + n)]
 
     # ---- scheduler side ----
 
@@ -113,15 +120,21 @@ class RawConnector(KVConnectorBase_V1):
         if not self._load_async and blocks * self._block >= tokens:
             blocks = (tokens - 1) // self._block  # a sync load leaves the last token to compute
         n = blocks * self._block - int(num_computed_tokens)
+        self._first[request.request_id] = int(num_computed_tokens) // self._block
         return max(n, 0), bool(n > 0 and self._load_async)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         if num_external_tokens > 0:
             rid = request.request_id
             self._claimed.add(rid)
+            # blocks covers the local prefix hit too: the load's blocks
+            # follow it, as its objects follow the hit's.
             ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
-            n = int(num_external_tokens) // self._block
-            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), ids[:n] if self._kv else [0] * n))
+            first, n = self._first.pop(rid, 0), int(num_external_tokens) // self._block
+            ids = ids[first:first + n]
+            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), first, ids if self._kv else [0] * len(ids)))
+            if self._load_async:
+                self._loading.add(rid)
 
     def build_connector_meta(self, scheduler_output):
         saves = []
@@ -129,20 +142,27 @@ class RawConnector(KVConnectorBase_V1):
             if nr.req_id in self._claimed:
                 continue
             if int(scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)) >= self._min_tokens:
-                ids = list(nr.block_ids[0]) if nr.block_ids else []
-                saves.append((nr.req_id, self._nsaves, ids[:self._n] if self._kv else [0] * self._n))
+                ids = (list(nr.block_ids[0]) if nr.block_ids else [])[:self._n]
+                saves.append((nr.req_id, self._nsaves, 0, ids if self._kv else [0] * len(ids)))
                 self._nsaves += 1
                 if self._save_async:
                     self._saving.add(nr.req_id)
         loads, self._new_loads = self._new_loads, []
         return RawMeta(tokens=int(getattr(scheduler_output, "total_num_scheduled_tokens", 0) or 0), saves=saves, loads=loads)
 
+    def update_connector_output(self, connector_output):
+        for rid in getattr(connector_output, "finished_recving", None) or ():
+            self._loading.discard(rid)
+
     def request_finished(self, request, block_ids):
         rid = request.request_id
         self._claimed.discard(rid)
-        if rid in self._saving:
+        self._first.pop(rid, None)
+        if rid in self._saving or rid in self._loading:
+            # Held until finished-sending (an async put) or
+            # finished-receiving (an async get still writing its blocks).
             self._saving.discard(rid)
-            return True, None  # blocks held until finished-sending
+            return True, None
         return False, None
 
     # ---- worker side ----
@@ -176,38 +196,55 @@ class RawConnector(KVConnectorBase_V1):
         self._st = st
         # Warm-up (not recorded): maps the node's segment into this process.
         kv, self._kv = self._kv, False
-        self._put("warmup", [0] * self._n)
-        self._get("warmup", [0] * self._n)
+        self._put("warmup", 0, [0] * self._n)
+        self._get("warmup", 0, [0] * self._n)
         self._kv = kv
-        for k in self._keys("warmup", self._n):
-            st.remove(k, force=True)
+        self._remove("warmup", self._n)
 
     def _parts(self, blocks):
         ptrs = [[base + b * bb for base, bb in self._regions] for b in blocks]
         return ptrs, [[bb for _, bb in self._regions]] * len(blocks)
 
-    def _put(self, idx, blocks):
-        n = len(blocks)
-        keys = self._keys(idx, n)
-        t = time.perf_counter()
+    def _timed(self, put, keys, blocks, buf):
+        """One batch call of the store's C ABI, timed alone: the argument
+        arrays are built before the clock starts (the connector's figures
+        are timed inside Go, its Python and ABI side excluded), through
+        mooncake_go.store's own helpers. Returns (per-key results, s)."""
+        st, n = self._st, len(keys)
         if self._kv:
-            res = self._st.batch_put_from_parts(keys, *self._parts(blocks))
+            lib, h = st._handle12()
+            _, k, kl, p, sz, c = st._parts_arrays(keys, *self._parts(blocks))
+            if put:
+                out, name = (ctypes.c_int32 * n)(), "mc_store_batch_put_from_parts"
+                call = lambda: lib.mc_store_batch_put_from_parts(h, k, kl, p, sz, c, n, None, out)  # noqa: E731
+            else:
+                out, name = (ctypes.c_int64 * n)(), "mc_store_batch_get_into_parts"
+                call = lambda: lib.mc_store_batch_get_into_parts(h, k, kl, p, sz, c, n, out)  # noqa: E731
         else:
-            res = self._st.batch_put_from(keys, [self._base + i * self._size for i in range(n)], [self._size] * n)
+            lib, h = st._handle()
+            _, k, kl, p, sz = st._arrays(keys, [buf + i * self._size for i in range(n)], [self._size] * n)
+            if put:
+                out, name = (ctypes.c_int32 * n)(), "mc_store_batch_put_from_n"
+                call = lambda: lib.mc_store_batch_put_from_n(h, k, kl, p, sz, n, out)  # noqa: E731
+            else:
+                out, name = (ctypes.c_int64 * n)(), "mc_store_batch_get_into_n"
+                call = lambda: lib.mc_store_batch_get_into_n(h, k, kl, p, sz, n, out)  # noqa: E731
+        t = time.perf_counter()
+        rc = call()
         dt = time.perf_counter() - t
+        st._check(lib, rc, name)
+        return list(out[:n]), dt
+
+    def _put(self, idx, first, blocks):
+        n = len(blocks)
+        res, dt = self._timed(True, self._keys(idx, first, n), blocks, self._base)
         if any(x != 0 for x in res):
             raise RuntimeError(f"rawconn: batch_put_from of save {idx} failed: {res[:4]}")
         return n * self._size / dt / 1e9
 
-    def _get(self, idx, blocks):
+    def _get(self, idx, first, blocks):
         n = len(blocks)
-        keys = self._keys(idx, n)
-        t = time.perf_counter()
-        if self._kv:
-            res = self._st.batch_get_into_parts(keys, *self._parts(blocks))
-        else:
-            res = self._st.batch_get_into(keys, [self._sbase + i * self._size for i in range(n)], [self._size] * n)
-        dt = time.perf_counter() - t
+        res, dt = self._timed(False, self._keys(idx, first, n), blocks, self._sbase)
         if any(x != self._size for x in res):
             raise RuntimeError(f"rawconn: batch_get_into of save {idx} failed: {res[:4]}")
         return n * self._size / dt / 1e9
@@ -239,11 +276,11 @@ class RawConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if self._st is None or not isinstance(meta, RawMeta):
             return
-        for rid, idx, blocks in meta.loads:
+        for rid, idx, first, blocks in meta.loads:
             if self._load_async:
-                self._background("get", lambda idx=idx, blocks=blocks: self._get(idx, blocks), rid)
+                self._background("get", lambda idx=idx, first=first, blocks=blocks: self._get(idx, first, blocks), rid)
             else:
-                self.figures["get"].append(self._get(idx, blocks))
+                self.figures["get"].append(self._get(idx, first, blocks))
 
     def wait_for_layer_load(self, layer_name):
         pass
@@ -255,16 +292,18 @@ class RawConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         if self._st is None or not isinstance(meta, RawMeta):
             return
-        for rid, idx, blocks in meta.saves:
+        for rid, idx, first, blocks in meta.saves:
+            self._saves = max(self._saves, idx + 1)
             if self._save_async:
-                self._background("put", lambda idx=idx, blocks=blocks: self._put(idx, blocks), rid)
+                self._put_rids.add(rid)
+                self._background("put", lambda idx=idx, first=first, blocks=blocks: self._put(idx, first, blocks), rid)
             else:
-                self.figures["put"].append(self._put(idx, blocks))
+                self.figures["put"].append(self._put(idx, first, blocks))
 
     def get_finished(self, finished_req_ids):
         meta = self._get_connector_metadata()
         with self._cv:
-            self._finished.update(finished_req_ids or ())
+            self._finished.update(r for r in (finished_req_ids or ()) if r in self._put_rids)
             if isinstance(meta, RawMeta) and meta.tokens == 0 and self._inflight and not self._news:
                 self._cv.wait(self._idle_wait)  # our connector's mc_idle_wait_ms
             self._news = 0
@@ -273,23 +312,35 @@ class RawConnector(KVConnectorBase_V1):
             sending = self._put_done & self._finished
             self._put_done -= sending
             self._finished -= sending
+            self._put_rids -= sending
             recving, self._get_done = self._get_done, set()
         return (sending or None), (recving or None)
 
-    def shutdown(self):
-        if self._st is not None:
-            for idx in range(self._nsaves_seen()):
-                for k in self._keys(idx, self._n):
-                    self._st.remove(k, force=True)
-            self._st.unregister_buffer(self._base)
-            self._st.unregister_buffer(self._sbase)
-            for base, _ in (self._spans if self._kv else ()):
-                self._st.unregister_buffer(base)
-            self._st.close()
-            self._st = None
+    def _remove(self, idx, n):
+        """Removes save idx's objects, ignoring those already gone (a
+        failed put) and any failure (the pool is the benchmark's own)."""
+        for k in self._keys(idx, 0, n):
+            try:
+                self._st.remove(k, force=True)
+            except Exception:  # noqa: BLE001 - best effort at shutdown
+                pass
 
-    def _nsaves_seen(self):
-        return len(self.figures["put"])
+    def shutdown(self):
+        if self._st is None:
+            return
+        with self._cv:  # puts still in flight finish first (bounded)
+            deadline = time.monotonic() + 60
+            while self._inflight and time.monotonic() < deadline:
+                self._cv.wait(1)
+        for idx in range(self._saves):
+            self._remove(idx, self._n)
+        for base in [self._base, self._sbase] + [b for b, _ in (self._spans if self._kv else ())]:
+            try:
+                self._st.unregister_buffer(base)
+            except Exception:  # noqa: BLE001
+                pass
+        self._st.close()
+        self._st = None
 
 
 RawPutConnector = RawConnector  # the former name
