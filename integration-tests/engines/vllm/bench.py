@@ -159,14 +159,15 @@ def main():
     def bench_keys():
         return {k: v for k, v in pool.keys().items() if "/t=bench/" in k}
 
-    def wait_saved(n, what):
+    def wait_saved(n, what, count=None):
         # Each poll starts a `mooncake ctl keys` process: the first 0.5 s
         # after the prompt returned, by when its saves (tens of ms) are
         # done, then every 0.5 s, so that polling does not take the CPU
         # the saves being measured run on (their busy time is measured
         # inside the connector, so a late poll does not change it).
         time.sleep(0.5)
-        mcrig.wait_until(lambda: len(bench_keys()) >= n, 300, what, tail=pool.tails, interval=0.5)
+        count = count or (lambda: len(bench_keys()))
+        mcrig.wait_until(lambda: count() >= n, 300, what, tail=pool.tails, interval=0.5)
 
     started = []  # every instance, killed on the way out if a step failed
 
@@ -226,9 +227,7 @@ def main():
 
             for i in range(a.repeats):
                 rawat.generate([prompt(3000 + i, a.prompt_tokens)], max_tokens=1)
-                time.sleep(0.5)
-                mcrig.wait_until(lambda: raw_objects() >= (i + 1) * blocks_per_prompt, 300,
-                                 f"raw save {i}'s objects in the pool", tail=pool.tails, interval=0.5)
+                wait_saved((i + 1) * blocks_per_prompt, f"raw save {i}'s objects in the pool", count=raw_objects)
                 flush(rawat)
             for i in range(a.repeats):
                 rawat.generate([prompt(4000 + i, a.prompt_tokens)], max_tokens=1, kv_transfer_params=[{"raw_load": i}])

@@ -31,8 +31,8 @@ layer's tensor (batch_put_from_parts / batch_get_into_parts over the
 registered tensors, the regions our connector derives:
 mooncake_go.vllm.connector.regions_of), the request's own blocks; so the
 memory, the pieces and the block ids are ours, only the connector
-machinery is missing. "scratch" moves contiguous objects from and into
-registered buffers of its own. Each figure times the batch call of the
+machinery is missing. "scratch" moves each object as one contiguous
+part of a registered buffer of its own. Each figure times the batch call of the
 store's C ABI alone (its argument arrays are built before the clock
 starts, as the connector's figures are timed inside Go).
 
@@ -132,7 +132,7 @@ class RawConnector(KVConnectorBase_V1):
             ids = list(blocks.get_block_ids()[0]) if blocks is not None else []
             first, n = self._first.pop(rid, 0), int(num_external_tokens) // self._block
             ids = ids[first:first + n]
-            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), first, ids if self._kv else [0] * len(ids)))
+            self._new_loads.append((rid, int(request.kv_transfer_params["raw_load"]), first, ids if self._kv else list(range(len(ids)))))
             if self._load_async:
                 self._loading.add(rid)
 
@@ -143,7 +143,7 @@ class RawConnector(KVConnectorBase_V1):
                 continue
             if int(scheduler_output.num_scheduled_tokens.get(nr.req_id, 0)) >= self._min_tokens:
                 ids = (list(nr.block_ids[0]) if nr.block_ids else [])[:self._n]
-                saves.append((nr.req_id, self._nsaves, 0, ids if self._kv else [0] * len(ids)))
+                saves.append((nr.req_id, self._nsaves, 0, ids if self._kv else list(range(len(ids)))))
                 self._nsaves += 1
                 if self._save_async:
                     self._saving.add(nr.req_id)
@@ -171,64 +171,54 @@ class RawConnector(KVConnectorBase_V1):
         from mooncake_go.store import Store
 
         total = self._n * self._size
+        self._buf = mmap.mmap(-1, total)
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self._buf))
+        ctypes.memset(base, 1, total)  # fault the buffer in
+        # (base, bytes per block) per part of an object: scratch objects are
+        # one part each in the buffer (block i at base + i * size); kv
+        # objects one part per layer tensor (the regions ours derives).
+        scratch = regions = [(base, self._size)]
+        spans = [(base, total)]
         if self._kv:
             from mooncake_go.vllm.connector import regions_of
 
-            self._regions = [(r[0], r[1]) for r in regions_of(kv_caches)]
-            self._spans = sorted({(r[0], r[1] * r[2]) for r in regions_of(kv_caches)})
-            assert sum(bb for _, bb in self._regions) == self._size, \
-                f"rawconn: a block is {sum(bb for _, bb in self._regions)} bytes in the KV cache, object_bytes says {self._size}"
-        self._buf = mmap.mmap(-1, total)
-        self._base = ctypes.addressof(ctypes.c_char.from_buffer(self._buf))
-        self._scratch = mmap.mmap(-1, total)
-        self._sbase = ctypes.addressof(ctypes.c_char.from_buffer(self._scratch))
-        ctypes.memset(self._base, 1, total)  # fault the buffers in
-        ctypes.memset(self._sbase, 0, total)
+            kv = regions_of(kv_caches)
+            regions = [(r[0], r[1]) for r in kv]
+            spans += sorted({(r[0], r[1] * r[2]) for r in kv})
+            assert sum(bb for _, bb in regions) == self._size, \
+                f"rawconn: a block is {sum(bb for _, bb in regions)} bytes in the KV cache, object_bytes says {self._size}"
         st = Store()
         rc = st.setup("127.0.0.1", self._metadata, 0, 16 << 20, "tcp", "", self._master)
         if rc not in (None, 0):  # mooncake_go.store raises; a code is upstream's convention
             raise RuntimeError(f"rawconn: store setup failed: {rc}")
-        st.register_buffer(self._base, total)
-        st.register_buffer(self._sbase, total)
-        if self._kv:
-            for base, size in self._spans:
-                st.register_buffer(base, size)
-        self._st = st
-        # Warm-up (not recorded): maps the node's segment into this process.
-        kv, self._kv = self._kv, False
-        self._put("warmup", 0, [0] * self._n)
-        self._get("warmup", 0, [0] * self._n)
-        self._kv = kv
+        for b, size in spans:
+            st.register_buffer(b, size)
+        self._spans, self._st = spans, st
+        # Warm-up (not recorded), through the scratch buffer: maps the
+        # node's segment into this process.
+        self._regions = scratch
+        self._put("warmup", 0, list(range(self._n)))
+        self._get("warmup", 0, list(range(self._n)))
+        self._regions = regions
         self._remove("warmup", self._n)
 
-    def _parts(self, blocks):
-        ptrs = [[base + b * bb for base, bb in self._regions] for b in blocks]
-        return ptrs, [[bb for _, bb in self._regions]] * len(blocks)
-
-    def _timed(self, put, keys, blocks, buf):
-        """One batch call of the store's C ABI, timed alone: the argument
+    def _timed(self, put, keys, blocks):
+        """One batch call of the store's C ABI (the parts calls: an object
+        is its blocks' parts, see _regions), timed alone: the argument
         arrays are built before the clock starts (the connector's figures
         are timed inside Go, its Python and ABI side excluded), through
         mooncake_go.store's own helpers. Returns (per-key results, s)."""
         st, n = self._st, len(keys)
-        if self._kv:
-            lib, h = st._handle12()
-            _, k, kl, p, sz, c = st._parts_arrays(keys, *self._parts(blocks))
-            if put:
-                out, name = (ctypes.c_int32 * n)(), "mc_store_batch_put_from_parts"
-                call = lambda: lib.mc_store_batch_put_from_parts(h, k, kl, p, sz, c, n, None, out)  # noqa: E731
-            else:
-                out, name = (ctypes.c_int64 * n)(), "mc_store_batch_get_into_parts"
-                call = lambda: lib.mc_store_batch_get_into_parts(h, k, kl, p, sz, c, n, out)  # noqa: E731
+        lib, h = st._handle12()
+        ptrs = [[base + b * bb for base, bb in self._regions] for b in blocks]
+        sizes = [[bb for _, bb in self._regions]] * n
+        _, k, kl, p, sz, c = st._parts_arrays(keys, ptrs, sizes)
+        if put:
+            out, name = (ctypes.c_int32 * n)(), "mc_store_batch_put_from_parts"
+            call = lambda: lib.mc_store_batch_put_from_parts(h, k, kl, p, sz, c, n, None, out)  # noqa: E731
         else:
-            lib, h = st._handle()
-            _, k, kl, p, sz = st._arrays(keys, [buf + i * self._size for i in range(n)], [self._size] * n)
-            if put:
-                out, name = (ctypes.c_int32 * n)(), "mc_store_batch_put_from_n"
-                call = lambda: lib.mc_store_batch_put_from_n(h, k, kl, p, sz, n, out)  # noqa: E731
-            else:
-                out, name = (ctypes.c_int64 * n)(), "mc_store_batch_get_into_n"
-                call = lambda: lib.mc_store_batch_get_into_n(h, k, kl, p, sz, n, out)  # noqa: E731
+            out, name = (ctypes.c_int64 * n)(), "mc_store_batch_get_into_parts"
+            call = lambda: lib.mc_store_batch_get_into_parts(h, k, kl, p, sz, c, n, out)  # noqa: E731
         t = time.perf_counter()
         rc = call()
         dt = time.perf_counter() - t
@@ -237,14 +227,14 @@ class RawConnector(KVConnectorBase_V1):
 
     def _put(self, idx, first, blocks):
         n = len(blocks)
-        res, dt = self._timed(True, self._keys(idx, first, n), blocks, self._base)
+        res, dt = self._timed(True, self._keys(idx, first, n), blocks)
         if any(x != 0 for x in res):
             raise RuntimeError(f"rawconn: batch_put_from of save {idx} failed: {res[:4]}")
         return n * self._size / dt / 1e9
 
     def _get(self, idx, first, blocks):
         n = len(blocks)
-        res, dt = self._timed(False, self._keys(idx, first, n), blocks, self._sbase)
+        res, dt = self._timed(False, self._keys(idx, first, n), blocks)
         if any(x != self._size for x in res):
             raise RuntimeError(f"rawconn: batch_get_into of save {idx} failed: {res[:4]}")
         return n * self._size / dt / 1e9
@@ -334,7 +324,7 @@ class RawConnector(KVConnectorBase_V1):
                 self._cv.wait(1)
         for idx in range(self._saves):
             self._remove(idx, self._n)
-        for base in [self._base, self._sbase] + [b for b, _ in (self._spans if self._kv else ())]:
+        for base, _ in self._spans:
             try:
                 self._st.unregister_buffer(base)
             except Exception:  # noqa: BLE001
