@@ -62,7 +62,7 @@ func benchStoreCmd() *cobra.Command {
 	var valueSize, segSize, protocol, masterAddr, metaURL, bind string
 	var clients, nodes, ops int
 	var duration, warmup time.Duration
-	var fill, jsonOut, stages, serialCommit bool
+	var fill, jsonOut, stages, serialCommit, grpcSession bool
 	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "store",
@@ -172,7 +172,7 @@ evicting as a full cache does.`,
 				}
 			}()
 			for range clients {
-				cl, err := newClient(ctx, client.Config{SerialCommit: serialCommit})
+				cl, err := newClient(ctx, client.Config{SerialCommit: serialCommit, NoFramedSession: grpcSession})
 				if err != nil {
 					return fail(err)
 				}
@@ -220,6 +220,7 @@ evicting as a full cache does.`,
 	f.BoolVar(&jsonOut, "json", false, "print one JSON object")
 	f.BoolVar(&stages, "stages", false, "also time each step of every operation (master RPCs, transfer) and print mean/p50/p99 per step")
 	f.BoolVar(&serialCommit, "serial-commit", false, "commit each reserved put after its write instead of during it (client.Config.SerialCommit: the order before precommits, for comparison)")
+	f.BoolVar(&grpcSession, "grpc-session", false, "keep the put and get master calls on the gRPC Session stream where the master serves framed sessions (client.Config.NoFramedSession, for comparison)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the measured phases to this file (go tool pprof)")
 	return c
 }

@@ -23,6 +23,7 @@ import (
 func masterCmd() *cobra.Command {
 	var (
 		rpcPort, metricsPort, metaPort            int
+		sessionPort                               int
 		rpcAddr, metricsHost, metaHost            string
 		enableMeta                                bool
 		leaseTTL                                  int64
@@ -58,6 +59,9 @@ one command runs a whole single-machine pool.`,
 					return &exitError{2, fmt.Sprintf("mooncake master: %s=%d is not a port (0-65535)", p.flag, p.v)}
 				}
 			}
+			if sessionPort < -1 || sessionPort > 65535 {
+				return &exitError{2, fmt.Sprintf("mooncake master: --session_port=%d is not a port (0-65535, or -1 for none)", sessionPort)}
+			}
 			if metricsPlaintext && poolTLS == nil {
 				return &exitError{2, "mooncake master: --metrics_plaintext needs --tls-ca, --tls-cert and --tls-key (without them /metrics is plain HTTP anyway)"}
 			}
@@ -83,7 +87,11 @@ one command runs a whole single-machine pool.`,
 					// every start.
 					Rand: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 				},
-				RPCAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
+				RPCAddr:     net.JoinHostPort(rpcAddr, strconv.Itoa(rpcPort)),
+				SessionAddr: net.JoinHostPort(rpcAddr, strconv.Itoa(sessionPort)),
+			}
+			if sessionPort < 0 {
+				cfg.SessionAddr = "off"
 			}
 			if poolTLS != nil {
 				cfg.Logf = logf
@@ -116,6 +124,9 @@ one command runs a whole single-machine pool.`,
 			}
 			defer p.Close()
 			fmt.Fprintf(os.Stderr, "mooncake master: rpc %s", p.RPCAddr)
+			if p.SessionAddr != "" {
+				fmt.Fprintf(os.Stderr, ", framed sessions %s", p.SessionAddr)
+			}
 			if p.MetricsAddr != "" {
 				scheme := "https"
 				if poolTLS == nil || metricsPlaintext {
@@ -146,6 +157,7 @@ one command runs a whole single-machine pool.`,
 	}
 	f := c.Flags()
 	f.IntVar(&rpcPort, "rpc_port", 50051, "gRPC port")
+	f.IntVar(&sessionPort, "session_port", 0, "port of the framed session listener (ours: clients' put/get calls over plain TCP, about half the CPU of gRPC's stream; they fall back to gRPC where they cannot reach it): 0 = any free port, told to clients by the master; -1 = none")
 	f.StringVar(&rpcAddr, "rpc_address", "0.0.0.0", "gRPC bind address")
 	f.IntVar(&metricsPort, "metrics_port", 9003, "port of /metrics and /health (0 = off)")
 	f.StringVar(&metricsHost, "metrics_host", "0.0.0.0", "bind address of /metrics and /health")

@@ -130,6 +130,11 @@ type Config struct {
 	// (see storepb.PutCommitRequest.precommit); this restores the serial
 	// order (for comparison: mooncake bench store --serial-commit). Ours.
 	SerialCommit bool
+	// NoFramedSession keeps the put and get calls on the gRPC Session
+	// stream even where the master serves framed sessions (see
+	// session.go; for comparison: mooncake bench store --grpc_session).
+	// Ours.
+	NoFramedSession bool
 	// PingInterval is the heartbeat period; default 1 s (upstream).
 	PingInterval time.Duration
 	// RPCTimeout bounds each master RPC; default 30 s (upstream MC_RPC_TIMEOUT_MS).
@@ -249,7 +254,11 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	}
 	c.rpc = pb.NewMasterClient(c.conn)
 	_, viaEtcd := etcdEndpoints(cfg.MasterAddr)
-	c.sess = newSession(c.conn, c.rpc, viaEtcd)
+	framedAddr := cfg.MasterAddr
+	if cfg.NoFramedSession {
+		framedAddr = ""
+	}
+	c.sess = newSession(c.conn, c.rpc, viaEtcd, framedAddr, cfg.TLS)
 	if _, err := c.ping(ctx); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig"
 )
 
 // The calls of a put and a get (BatchPutStart, BatchPutEnd,
@@ -36,22 +37,62 @@ import (
 // errNoSession says a call must go out as its unary RPC.
 var errNoSession = errors.New("client: no session stream")
 
+// Where the master serves framed sessions (server.ServeFramedSessions),
+// the stream is instead a plain TCP connection to that listener (mutual
+// TLS with Config.TLS): each call writes its request frame itself and one
+// reader delivers the answers, about half the CPU per call of the gRPC
+// stream. Its port comes from the master (store.FramedSessionPortMethod)
+// each time a stream is opened; where that call or the dial fails, the
+// gRPC stream is used and framed sessions are not tried again for
+// framedRetryAfter, doubled after each further failure up to
+// framedRetryMax (a port a firewall drops costs a stream opening up to
+// framedDialTimeout each time).
+
+// framedRetryAfter is how long a client whose framed session could not be
+// opened first uses the gRPC stream before trying again; framedRetryMax
+// bounds the doubled waits.
+const (
+	framedRetryAfter = 30 * time.Second
+	framedRetryMax   = 30 * time.Minute
+)
+
+// framedDialTimeout bounds the port call and the dial (with its TLS
+// handshake) of a framed session, which run while calls wait for a
+// stream.
+const framedDialTimeout = 2 * time.Second
+
+// clientStream is an open session stream: gRPC's (pb.Master_SessionClient,
+// whose requests go through the session's sender) or a framed session
+// (*framedStream, written by the calls themselves).
+type clientStream interface {
+	Recv() (*pb.SessionResponse, error)
+	CloseSend() error
+}
+
 // session is a client's Session stream; see above.
 type session struct {
 	conn *grpc.ClientConn
 	rpc  pb.MasterClient
+	// addr and tls: the master's host:port (Config.MasterAddr; "" = no
+	// framed sessions) and the client's TLS identity.
+	addr string
+	tls  *tlsconfig.Config
 
 	wg sync.WaitGroup // reader and sender goroutines
 
 	mu struct {
 		sync.Mutex
-		stream  pb.Master_SessionClient // nil: none open
+		stream  clientStream            // nil: none open
 		sendq   chan *pb.SessionRequest // stream's requests, sent by its sender
 		cancel  context.CancelFunc      // ends stream
 		pending map[uint64]chan *pb.SessionResponse
 		next    uint64
 		off     bool   // unary only (no Session at the master, etcd:// address, closed)
 		gen     uint64 // streams opened so far: the current one's number
+		// framedAfter: no framed session is tried before this time;
+		// framedBackoff: the last wait set (doubled after each failure).
+		framedAfter   time.Time
+		framedBackoff time.Duration
 	}
 }
 
@@ -78,17 +119,18 @@ const sessionQueue = 1024
 // master refuses it.
 const maxSessionRequestBytes = store.MaxRequestBytes - 1<<20
 
-func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool) *session {
-	s := &session{conn: conn, rpc: rpc}
+func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool, addr string, tc *tlsconfig.Config) *session {
+	s := &session{conn: conn, rpc: rpc, addr: addr, tls: tc}
 	s.mu.pending = map[uint64]chan *pb.SessionResponse{}
 	s.mu.off = off
 	return s
 }
 
-// open returns the current stream and its send queue, opening one if
-// none is and the master connection is ready; errNoSession when the call
-// must go unary.
-func (s *session) open() (pb.Master_SessionClient, chan<- *pb.SessionRequest, error) {
+// open returns the current stream and its send queue (nil for a framed
+// stream), opening one if none is and the master connection is ready: a
+// framed session where the master serves one, else a gRPC stream;
+// errNoSession when the call must go unary.
+func (s *session) open() (clientStream, chan<- *pb.SessionRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.off {
@@ -99,6 +141,17 @@ func (s *session) open() (pb.Master_SessionClient, chan<- *pb.SessionRequest, er
 	}
 	if s.conn.GetState() != connectivity.Ready {
 		return nil, nil, errNoSession
+	}
+	if s.addr != "" && !time.Now().Before(s.mu.framedAfter) {
+		if fs, err := s.dialFramed(); err == nil {
+			s.mu.stream, s.mu.sendq, s.mu.cancel = fs, nil, func() { fs.CloseSend() }
+			s.mu.gen++
+			s.wg.Add(1)
+			go s.read(fs)
+			return fs, nil, nil
+		}
+		s.mu.framedBackoff = min(max(2*s.mu.framedBackoff, framedRetryAfter), framedRetryMax)
+		s.mu.framedAfter = time.Now().Add(s.mu.framedBackoff)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st, err := s.rpc.Session(ctx)
@@ -147,7 +200,7 @@ func (s *session) send(ctx context.Context, st pb.Master_SessionClient, q <-chan
 // read delivers the answers of st until it fails, then fails every call
 // still waiting on it with the stream's error (errNoSession when the
 // master has no Session: those calls go unary).
-func (s *session) read(st pb.Master_SessionClient) {
+func (s *session) read(st clientStream) {
 	defer s.wg.Done()
 	for {
 		resp, err := st.Recv()
@@ -203,18 +256,34 @@ func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.Session
 	req.Id = s.mu.next
 	s.mu.pending[req.Id] = ch
 	s.mu.Unlock()
-	// The request goes to the stream's sender rather than being sent
-	// here: a Send blocked by flow control must not hold the call past
-	// ctx. Neither req nor what it points to is changed after this.
 	var resp *pb.SessionResponse
-	select {
-	case q <- req:
+	if fs, ok := st.(*framedStream); ok {
+		// A framed request is written here, within ctx's deadline; a
+		// failed write closes the connection, whose reader then fails
+		// every call waiting on it, this one too.
+		if err := fs.send(ctx, req); err != nil {
+			s.mu.Lock()
+			delete(s.mu.pending, req.Id)
+			s.mu.Unlock()
+			return nil, err
+		}
 		select {
 		case resp = <-ch:
 		case <-ctx.Done():
 		}
-	case resp = <-ch: // the stream broke before the request was queued
-	case <-ctx.Done():
+	} else {
+		// The request goes to the stream's sender rather than being sent
+		// here: a Send blocked by flow control must not hold the call past
+		// ctx. Neither req nor what it points to is changed after this.
+		select {
+		case q <- req:
+			select {
+			case resp = <-ch:
+			case <-ctx.Done():
+			}
+		case resp = <-ch: // the stream broke before the request was queued
+		case <-ctx.Done():
+		}
 	}
 	if resp == nil { // ctx ended first
 		s.mu.Lock()

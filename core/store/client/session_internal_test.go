@@ -1,8 +1,11 @@
 package client
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -17,6 +20,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/mooncake-go/mooncake/core/store"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
 
@@ -61,7 +69,7 @@ func stuckSession(t *testing.T, m *stuckMaster, gopts ...grpc.ServerOption) (*se
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		require.True(t, conn.WaitForStateChange(ctx, st), "connection to the stuck master not ready")
 	}
-	return newSession(conn, pb.NewMasterClient(conn), false), g
+	return newSession(conn, pb.NewMasterClient(conn), false, "", nil), g
 }
 
 // returnsWithin runs f and fails the test if it has not returned after d.
@@ -154,5 +162,161 @@ func TestSessionOversizedRequestGoesUnary(t *testing.T) {
 		assert.Equal(t, uint64(1), id, "the first request on the stream is the small one")
 	case <-time.After(10 * time.Second):
 		t.Fatal("the small request never reached the master's stream")
+	}
+}
+
+// stuckFramed is a master whose framed session listener reads requests
+// (reporting their ids on got, with read) or reads nothing, and never
+// answers; its gRPC side answers only the framed port call.
+type stuckFramed struct {
+	pb.UnimplementedMasterServer
+	read bool
+	got  chan uint64
+	ln   net.Listener
+	mu   sync.Mutex
+	cs   []net.Conn
+}
+
+func (m *stuckFramed) serve() {
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			return
+		}
+		m.mu.Lock()
+		m.cs = append(m.cs, c)
+		m.mu.Unlock()
+		if !m.read {
+			continue
+		}
+		go func() {
+			br := bufio.NewReader(c)
+			var hello [len(store.FramedSessionMagic)]byte
+			if _, err := io.ReadFull(br, hello[:]); err != nil {
+				return
+			}
+			for {
+				b, err := store.ReadFrame(br, store.MaxRequestBytes)
+				if err != nil {
+					return
+				}
+				req := new(pb.SessionRequest)
+				if proto.Unmarshal(b, req) == nil {
+					m.got <- req.Id
+				}
+			}
+		}()
+	}
+}
+
+// kill closes the framed listener and every connection, as a master
+// process that died.
+func (m *stuckFramed) kill() {
+	m.ln.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.cs {
+		c.Close()
+	}
+}
+
+// framedPortDesc answers store.FramedSessionPortMethod with the port of
+// the server's stuckFramed listener.
+var framedPortDesc = grpc.ServiceDesc{
+	ServiceName: "mooncake_go.FramedSession",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+		if err := dec(new(emptypb.Empty)); err != nil {
+			return nil, err
+		}
+		return wrapperspb.UInt32(uint32(srv.(*stuckFramed).ln.Addr().(*net.TCPAddr).Port)), nil
+	}}},
+}
+
+// stuckFramedSession serves m (its framed listener on 127.0.0.1, the
+// port call over gRPC) and returns a session of a ready connection to it,
+// with framed sessions on; everything is stopped at cleanup.
+func stuckFramedSession(t *testing.T, m *stuckFramed) *session {
+	t.Helper()
+	var err error
+	m.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go m.serve()
+	t.Cleanup(m.kill)
+	gln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	g := grpc.NewServer()
+	pb.RegisterMasterServer(g, m)
+	g.RegisterService(&framedPortDesc, m)
+	go g.Serve(gln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		require.True(t, conn.WaitForStateChange(ctx, st), "connection to the stuck master not ready")
+	}
+	return newSession(conn, pb.NewMasterClient(conn), false, gln.Addr().String(), nil)
+}
+
+// TestFramedCallsReturnWhenMasterDies: calls in flight on a framed
+// session (with and without a deadline) all return, Unavailable, when
+// the master's connection goes away under them; close then ends the
+// reader; the calls went out framed (the master saw them there).
+func TestFramedCallsReturnWhenMasterDies(t *testing.T) {
+	const n = 40
+	m := &stuckFramed{read: true, got: make(chan uint64, n)}
+	s := stuckFramedSession(t, m)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			if i%2 == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+			}
+			_, errs[i] = s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{Keys: pb.Keys([]string{fmt.Sprint(i)})}}})
+		}()
+	}
+	for range n {
+		select {
+		case <-m.got: // every call is at the master, framed
+		case <-time.After(20 * time.Second):
+			t.Fatal("requests never reached the framed listener")
+		}
+	}
+	m.kill()
+	returnsWithin(t, 20*time.Second, "calls in flight when the master died", wg.Wait)
+	for i, err := range errs {
+		assert.Equal(t, codes.Unavailable, status.Code(err), "call %d: %v", i, err)
+	}
+	returnsWithin(t, 20*time.Second, "session close", s.close)
+	_, err := s.call(context.Background(), &pb.SessionRequest{})
+	assert.ErrorIs(t, err, errNoSession)
+}
+
+// TestFramedDeadlineWhileMasterReadsNothing: a call whose request cannot
+// be written (the master reads nothing; the socket buffers fill) still
+// returns at about its deadline.
+func TestFramedDeadlineWhileMasterReadsNothing(t *testing.T) {
+	m := &stuckFramed{}
+	s := stuckFramedSession(t, m)
+	defer s.close()
+	big := []string{strings.Repeat("k", 2<<20)} // under the request limit; a few fill the buffers
+	for i := range 8 {
+		returnsWithin(t, 20*time.Second, fmt.Sprintf("call %d with a 200 ms deadline", i), func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err := s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: pb.Keys(big)}}})
+			c := status.Code(err)
+			assert.True(t, errors.Is(err, context.DeadlineExceeded) || c == codes.Unavailable, "call %d: %v", i, err)
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/mooncake-go/mooncake/core/store/localcluster"
 	"github.com/mooncake-go/mooncake/core/store/server"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+	"github.com/mooncake-go/mooncake/core/tlsconfig/tlstest"
 )
 
 // countingMaster is a pool's master served again on another address,
@@ -104,4 +105,105 @@ func TestSessionFallsBackToUnary(t *testing.T) {
 	m := &countingMaster{Server: lc.Master.Server, noSession: true}
 	putGet(t, lc, m)
 	assert.Equal(t, int64(20), m.unary.Load(), "unary put starts")
+}
+
+// roundTrips puts and gets n distinct 4 KiB values through c.
+func roundTrips(t *testing.T, c *client.Client, prefix string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	buf, err := memory.Map(8192)
+	require.NoError(t, err)
+	defer buf.Close()
+	require.NoError(t, c.RegisterBuffer(ctx, buf.Bytes()))
+	defer c.UnregisterBuffer(context.Background(), buf.Bytes())
+	src, dst := buf.Bytes()[:4096], buf.Bytes()[4096:]
+	for i := range n {
+		key := fmt.Sprintf("%s/%d", prefix, i)
+		copy(src, key)
+		require.NoError(t, c.PutFrom(ctx, key, src, nil))
+		got, err := c.GetInto(ctx, key, dst)
+		require.NoError(t, err)
+		require.Equal(t, len(src), got)
+		require.Equal(t, src, dst, key)
+	}
+}
+
+// TestFramedSessionCarriesPutsAndGets: against a master serving framed
+// sessions (the default of server.Start), a client's puts and gets go
+// over one framed connection and round-trip; a client with
+// NoFramedSession opens none.
+func TestFramedSessionCarriesPutsAndGets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 1, SegmentSize: 4 << 20})
+	require.NoError(t, err)
+	defer lc.Close()
+	require.NotEmpty(t, lc.Master.SessionAddr)
+	grpcOnly, err := lc.NewClient(ctx, client.Config{LocalHostname: "grpc-only", NoFramedSession: true})
+	require.NoError(t, err)
+	defer grpcOnly.Close()
+	roundTrips(t, grpcOnly, "grpc-only", 10)
+	assert.Zero(t, lc.Master.Server.FramedSessions(), "framed connections of a NoFramedSession client")
+	c, err := lc.NewClient(ctx, client.Config{LocalHostname: "framed"})
+	require.NoError(t, err)
+	roundTrips(t, c, "framed", 20)
+	assert.Equal(t, 1, lc.Master.Server.FramedSessions(), "framed connections")
+	c.Close()
+	require.Eventually(t, func() bool { return lc.Master.Server.FramedSessions() == 0 }, 20*time.Second, time.Millisecond,
+		"the framed connection outlived Close")
+}
+
+// TestFramedSessionAfterMasterRestart: a master restart breaks the framed
+// connection; the client's next calls open one to the new master (on its
+// new port) and work.
+func TestFramedSessionAfterMasterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 1, SegmentSize: 4 << 20, PingInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer lc.Close()
+	c, err := lc.NewClient(ctx, client.Config{LocalHostname: "restart", PingInterval: 50 * time.Millisecond, LocalBufferSize: 1 << 20})
+	require.NoError(t, err)
+	defer c.Close()
+	roundTrips(t, c, "before", 5)
+	require.Equal(t, 1, lc.Master.Server.FramedSessions())
+	require.NoError(t, lc.RestartMaster())
+	// The node remounts on its heartbeat; until then puts find no space.
+	var last error
+	i := 0
+	if !assert.Eventually(t, func() bool {
+		i++
+		last = c.Put(ctx, fmt.Sprintf("after/probe-%d", i), make([]byte, 4096), nil)
+		return last == nil
+	}, 30*time.Second, 10*time.Millisecond) {
+		t.Fatalf("puts after the restart: %v", last)
+	}
+	roundTrips(t, c, "after", 5)
+	assert.Equal(t, 1, lc.Master.Server.FramedSessions(), "framed connections to the new master")
+}
+
+// TestFramedSessionTLS: with mutual TLS on the pool, the framed
+// connection is TLS too and carries the puts and gets.
+func TestFramedSessionTLS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ca := tlstest.NewCA(t, "framed")
+	lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 1, SegmentSize: 4 << 20, TLS: tlstest.Load(t, ca.Issue(t, "pool"))})
+	require.NoError(t, err)
+	defer lc.Close()
+	c, err := lc.NewClient(ctx, client.Config{LocalHostname: "tls"})
+	require.NoError(t, err)
+	defer c.Close()
+	roundTrips(t, c, "tls", 10)
+	assert.Equal(t, 1, lc.Master.Server.FramedSessions(), "framed connections")
+	// A plaintext hello on the TLS listener is refused.
+	raw, err := net.Dial("tcp", lc.Master.SessionAddr)
+	require.NoError(t, err)
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	_, err = raw.Write([]byte("MCSESS01"))
+	require.NoError(t, err)
+	_, err = raw.Read(make([]byte, 1))
+	assert.Error(t, err, "plaintext connection answered")
 }

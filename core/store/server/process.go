@@ -32,6 +32,11 @@ type ProcessConfig struct {
 	Master master.Config
 	// RPCAddr is the gRPC listen address; upstream default port 50051.
 	RPCAddr string
+	// SessionAddr is the framed session listen address
+	// (Server.ServeFramedSessions): "" = RPCAddr's host on a free port
+	// (clients learn it from the master), "off" = none (clients then use
+	// the gRPC Session stream). Ours: upstream has no such listener.
+	SessionAddr string
 	// MetricsAddr serves /metrics and /health; upstream default port 9003;
 	// "" = off.
 	MetricsAddr string
@@ -67,6 +72,9 @@ type Process struct {
 	// port 0). MetadataURL is "http://host:port/metadata" ("https://" with
 	// TLS) or "".
 	RPCAddr, MetricsAddr, MetadataURL string
+	// SessionAddr is the framed session listener's bound address; "" when
+	// ProcessConfig.SessionAddr is "off".
+	SessionAddr string
 
 	rpcLn  net.Listener
 	http   []*http.Server
@@ -139,6 +147,22 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 			scheme = "https://"
 		}
 		p.MetadataURL = scheme + a + "/metadata"
+	}
+	if cfg.SessionAddr != "off" {
+		addr := cfg.SessionAddr
+		if addr == "" {
+			host, _, _ := net.SplitHostPort(p.RPCAddr)
+			addr = net.JoinHostPort(host, "0")
+		}
+		sln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("master: session listen %s: %w", addr, err)
+		}
+		if err := p.Server.listenFramed(sln); err != nil {
+			return nil, err
+		}
+		p.SessionAddr = sln.Addr().String()
+		go p.Server.acceptFramed(sln) // ends with Server.Close
 	}
 	ln := p.rpcLn
 	go func() { p.served <- p.Server.Serve(ln) }()

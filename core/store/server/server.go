@@ -71,6 +71,11 @@ type Server struct {
 	// sealWaiting, when set (tests), is called each time a reader starts
 	// waiting for precommitted writes (awaitSeals).
 	sealWaiting func()
+	// tls and logf: Options.TLS and Options.Logf (the framed session
+	// listener's handshakes).
+	tls    *tlsconfig.Config
+	logf   func(format string, args ...any)
+	framed framedState // ServeFramedSessions
 }
 
 // Options configures a Server.
@@ -171,6 +176,8 @@ func New(m *master.Master, opts Options) *Server {
 	}
 	s.grpc = grpc.NewServer(gopts...)
 	pb.RegisterMasterServer(s.grpc, s)
+	s.grpc.RegisterService(&framedSessionDesc, s)
+	s.tls, s.logf = opts.TLS, opts.Logf
 	go s.tickLoop(opts.TickInterval)
 	return s
 }
@@ -186,6 +193,7 @@ func (s *Server) Close() {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.closeFramed()
 		s.grpc.Stop()
 	})
 }

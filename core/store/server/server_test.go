@@ -54,13 +54,14 @@ func (c *syncClock) Advance(d time.Duration) {
 type harness struct {
 	srv    *Server
 	client pb.MasterClient
+	conn   *grpc.ClientConn
 	clk    *syncClock
 	reg    *prometheus.Registry
 }
 
 // newHarness serves a fresh master over an in-memory listener. The tick
 // loop is set to an hour so that it never runs during a test.
-func newHarness(t *testing.T, mod ...func(*master.Config)) *harness {
+func newHarness(t testing.TB, mod ...func(*master.Config)) *harness {
 	t.Helper()
 	clk := &syncClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := master.Config{
@@ -94,7 +95,7 @@ func newHarness(t *testing.T, mod ...func(*master.Config)) *harness {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return &harness{srv: srv, client: pb.NewMasterClient(conn), clk: clk, reg: reg}
+	return &harness{srv: srv, client: pb.NewMasterClient(conn), conn: conn, clk: clk, reg: reg}
 }
 
 func ctx(t *testing.T) context.Context {

@@ -58,22 +58,36 @@ func chainUnary(ics []grpc.UnaryServerInterceptor) func(ctx context.Context, req
 // maxSessionCalls of a stream's calls run at once; further requests wait
 // unread (gRPC flow control then holds the client back).
 func (s *Server) Session(stream pb.Master_SessionServer) error {
+	s.serveSession(stream)
+	return nil
+}
+
+// sessionStream is one client's stream of session requests: a gRPC
+// Session stream, or a framed session connection (framedConn).
+type sessionStream interface {
+	Context() context.Context
+	Recv() (*pb.SessionRequest, error)
+	Send(*pb.SessionResponse) error
+}
+
+// serveSession runs st's requests as Session describes until Recv fails.
+func (s *Server) serveSession(st sessionStream) {
 	var (
 		wg     sync.WaitGroup
 		sendMu sync.Mutex
 	)
 	defer wg.Wait()
-	ctx := stream.Context()
+	ctx := st.Context()
 	slots := make(chan struct{}, maxSessionCalls)
 	for {
-		req, err := stream.Recv()
+		req, err := st.Recv()
 		if err != nil {
-			return nil // io.EOF: the client is done; anything else ended the stream
+			return // io.EOF: the client is done; anything else ended the stream
 		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return nil
+			return
 		}
 		wg.Add(1)
 		go func() {
@@ -81,7 +95,7 @@ func (s *Server) Session(stream pb.Master_SessionServer) error {
 			defer func() { <-slots }()
 			resp := capResponse(s.sessionCall(ctx, req), maxSessionResponseBytes)
 			sendMu.Lock()
-			_ = stream.Send(resp) // a failed send ends the stream; Recv sees it
+			_ = st.Send(resp) // a failed send ends the stream; Recv sees it
 			sendMu.Unlock()
 		}()
 	}

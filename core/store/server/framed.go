@@ -1,0 +1,249 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	gstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// Framed sessions (ours; upstream's master speaks its own coro_rpc): the
+// calls of a put and a get, as on the gRPC Session stream, over a plain
+// TCP connection (mutual TLS when the master has TLS) to a second
+// listener of the master. A connection starts with the client's 8 bytes
+// store.FramedSessionMagic; then each direction is a sequence of frames, a
+// uint32 little-endian length and that many bytes of protobuf
+// (storepb.SessionRequest from the client, storepb.SessionResponse from
+// the master), answered by id in any order. Why: a call over gRPC's
+// stream costs both processes about twice the CPU (HTTP/2 framing, and
+// four goroutine hand-offs each way: the stream's sender and reader,
+// gRPC's writer and reader) of one frame written by the calling goroutine
+// and read by one reader on each side, and on a pool whose cores are busy
+// moving the values, that CPU is what a put or get at 1 MiB waits for
+// beyond its transfer. Clients find the listener's port with the unary
+// call store.FramedSessionPortMethod and fall back to the gRPC stream where it
+// fails (an older master, a port they cannot reach).
+
+// framedHelloTimeout bounds how long an accepted connection (its TLS
+// handshake included) may take to send store.FramedSessionMagic.
+const framedHelloTimeout = 10 * time.Second
+
+// framedWriteTimeout bounds one answer's write: a client that reads none
+// for this long loses its connection (its calls then fail, as when a gRPC
+// stream breaks), instead of holding the master's call goroutines.
+const framedWriteTimeout = 30 * time.Second
+
+// framedSessionDesc registers the port call by hand (no generated stub:
+// it is not part of storepb.Master, which mirrors upstream's service).
+var framedSessionDesc = grpc.ServiceDesc{
+	ServiceName: "mooncake_go.FramedSession",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Port",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
+			in := new(emptypb.Empty)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, _ any) (any, error) { return srv.(*Server).framedPort() }
+			if ic == nil {
+				return h(ctx, in)
+			}
+			return ic(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: store.FramedSessionPortMethod}, h)
+		},
+	}},
+}
+
+// framedPort answers store.FramedSessionPortMethod.
+func (s *Server) framedPort() (*wrapperspb.UInt32Value, error) {
+	s.framed.mu.Lock()
+	defer s.framed.mu.Unlock()
+	if s.framed.port == 0 {
+		return nil, gstatus.Error(codes.Unimplemented, "master serves no framed session listener")
+	}
+	return wrapperspb.UInt32(uint32(s.framed.port)), nil
+}
+
+// framedState is the Server's framed session listener and connections.
+type framedState struct {
+	mu     sync.Mutex
+	port   int // the listener's TCP port; 0 = none
+	ln     net.Listener
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup // connection goroutines
+}
+
+// ServeFramedSessions serves framed sessions (see store.FramedSessionMagic) on
+// ln until Close, with mutual TLS when the Server has Options.TLS, and
+// advertises ln's port to clients (store.FramedSessionPortMethod). At most one
+// listener: a second call fails. Errors: that; ln's Accept error other
+// than its closing by Close (net.ErrClosed is returned after Close).
+func (s *Server) ServeFramedSessions(ln net.Listener) error {
+	if err := s.listenFramed(ln); err != nil {
+		return err
+	}
+	return s.acceptFramed(ln)
+}
+
+// listenFramed makes ln the framed session listener and advertises its
+// port (ServeFramedSessions before its accept loop; Process.Start runs it
+// before serving gRPC, so that no client asks for the port before it is
+// set). Errors as ServeFramedSessions'.
+func (s *Server) listenFramed(ln net.Listener) error {
+	tcp, ok := ln.Addr().(*net.TCPAddr)
+	if !ok {
+		return fmt.Errorf("master: framed session listener on %v: not TCP", ln.Addr())
+	}
+	s.framed.mu.Lock()
+	defer s.framed.mu.Unlock()
+	switch {
+	case s.framed.closed:
+		ln.Close()
+		return net.ErrClosed
+	case s.framed.ln != nil:
+		return fmt.Errorf("master: a framed session listener is already served (%v)", s.framed.ln.Addr())
+	}
+	s.framed.ln, s.framed.port = ln, tcp.Port
+	s.framed.conns = map[net.Conn]struct{}{}
+	return nil
+}
+
+// acceptFramed is ServeFramedSessions' accept loop on ln (listenFramed's).
+func (s *Server) acceptFramed(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		if s.tls != nil {
+			c = tls.Server(c, s.tls.Server())
+		}
+		s.framed.mu.Lock()
+		if s.framed.closed {
+			s.framed.mu.Unlock()
+			c.Close()
+			return net.ErrClosed
+		}
+		s.framed.conns[c] = struct{}{}
+		s.framed.wg.Add(1)
+		s.framed.mu.Unlock()
+		go func() {
+			defer s.framed.wg.Done()
+			s.serveFramed(c)
+			s.framed.mu.Lock()
+			delete(s.framed.conns, c)
+			s.framed.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+// FramedSessions is the number of framed session connections open now
+// (those past their hello and those still sending it).
+func (s *Server) FramedSessions() int {
+	s.framed.mu.Lock()
+	defer s.framed.mu.Unlock()
+	return len(s.framed.conns)
+}
+
+// closeFramed stops the framed listener, closes every connection and waits
+// for their calls to end (Close).
+func (s *Server) closeFramed() {
+	s.framed.mu.Lock()
+	s.framed.closed = true
+	if s.framed.ln != nil {
+		s.framed.ln.Close()
+	}
+	for c := range s.framed.conns {
+		c.Close()
+	}
+	s.framed.mu.Unlock()
+	s.framed.wg.Wait()
+}
+
+// serveFramed reads the hello and then serves c's frames as a Session
+// stream until c fails or closes.
+func (s *Server) serveFramed(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(framedHelloTimeout))
+	var hello [len(store.FramedSessionMagic)]byte
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		if s.logf != nil && s.tls != nil {
+			s.logf("master: framed session from %v: %v", c.RemoteAddr(), err)
+		}
+		return
+	}
+	if string(hello[:]) != store.FramedSessionMagic {
+		return
+	}
+	c.SetReadDeadline(time.Time{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.serveSession(&framedConn{ctx: ctx, cancel: cancel, c: c, br: bufio.NewReaderSize(c, 64<<10)})
+}
+
+// framedConn is a framed session connection seen by the master: a
+// sessionStream.
+type framedConn struct {
+	ctx    context.Context
+	cancel context.CancelFunc // ends ctx: the connection failed
+	c      net.Conn
+	br     *bufio.Reader
+	wbuf   []byte // Send's frame buffer (Sends are serialized by serveSession)
+}
+
+func (f *framedConn) Context() context.Context { return f.ctx }
+
+// Recv reads the next request. Errors: the connection's (io.EOF when the
+// client closed it); a frame longer than store.MaxRequestBytes or one
+// that is not a SessionRequest, after which the connection is unusable.
+func (f *framedConn) Recv() (*pb.SessionRequest, error) {
+	b, err := store.ReadFrame(f.br, store.MaxRequestBytes)
+	if err != nil {
+		f.cancel()
+		return nil, err
+	}
+	req := new(pb.SessionRequest)
+	if err := proto.Unmarshal(b, req); err != nil {
+		f.cancel()
+		return nil, fmt.Errorf("framed session: bad request frame: %w", err)
+	}
+	return req, nil
+}
+
+// Send writes resp as one frame within framedWriteTimeout; on failure it
+// closes the connection, so that Recv fails too.
+func (f *framedConn) Send(resp *pb.SessionResponse) error {
+	var err error
+	if f.wbuf, err = store.AppendFrame(f.wbuf[:0], resp); err == nil {
+		f.c.SetWriteDeadline(time.Now().Add(framedWriteTimeout))
+		_, err = f.c.Write(f.wbuf)
+	}
+	if cap(f.wbuf) > 1<<20 {
+		f.wbuf = nil // keep no large answer's buffer for the connection's life
+	}
+	if err != nil {
+		f.cancel()
+		f.c.Close()
+	}
+	return err
+}

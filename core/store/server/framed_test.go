@@ -1,0 +1,258 @@
+package server
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	gstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/mooncake-go/mooncake/core/store"
+	pb "github.com/mooncake-go/mooncake/core/store/storepb"
+)
+
+// serveFramedTCP serves h's framed sessions on 127.0.0.1 and returns the
+// address and the channel ServeFramedSessions' result arrives on.
+func serveFramedTCP(t *testing.T, h *harness) (string, chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- h.srv.ServeFramedSessions(ln) }()
+	return ln.Addr().String(), done
+}
+
+// framedClient is a raw framed session connection for tests.
+type framedClient struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialFramedTest(t *testing.T, addr string, hello string) *framedClient {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	_, err = io.WriteString(c, hello)
+	require.NoError(t, err)
+	return &framedClient{c: c, br: bufio.NewReader(c)}
+}
+
+func (f *framedClient) send(t *testing.T, req *pb.SessionRequest) {
+	t.Helper()
+	b, err := store.AppendFrame(nil, req)
+	require.NoError(t, err)
+	_, err = f.c.Write(b)
+	require.NoError(t, err)
+}
+
+func (f *framedClient) recv(t *testing.T) *pb.SessionResponse {
+	t.Helper()
+	b, err := store.ReadFrame(f.br, store.MaxAnswerBytes)
+	require.NoError(t, err)
+	resp := new(pb.SessionResponse)
+	require.NoError(t, proto.Unmarshal(b, resp))
+	return resp
+}
+
+// closedByServer reports whether the server closed f (a read ends with EOF
+// or a reset before the deadline).
+func (f *framedClient) closedByServer(t *testing.T) bool {
+	t.Helper()
+	f.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err := io.Copy(io.Discard, f.br)
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestFramedSessionCalls: the port call fails Unimplemented until the
+// listener is served, then names its port; over a connection, pipelined
+// requests are answered by id with the unary calls' results (put started,
+// ended, listed; a missing key's code; a request naming no call
+// InvalidArgument), and count in the per-method metrics.
+func TestFramedSessionCalls(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "c1", pbSeg("a", 1<<32, 4096))
+	port := new(wrapperspb.UInt32Value)
+	err := h.conn.Invoke(ctx(t), store.FramedSessionPortMethod, new(emptypb.Empty), port)
+	assert.Equal(t, codes.Unimplemented, gstatus.Code(err), "port call before the listener: %v", err)
+	addr, _ := serveFramedTCP(t, h)
+	_, portStr, _ := net.SplitHostPort(addr)
+	require.Eventually(t, func() bool {
+		return h.conn.Invoke(ctx(t), store.FramedSessionPortMethod, new(emptypb.Empty), port) == nil
+	}, 10*time.Second, time.Millisecond)
+	assert.Equal(t, portStr, strconv.Itoa(int(port.Value)))
+
+	f := dialFramedTest(t, addr, store.FramedSessionMagic)
+	keys := &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"x"})}
+	f.send(t, &pb.SessionRequest{Id: 7, TimeoutMs: 5000, Call: &pb.SessionRequest_PutStart{PutStart: &pb.BatchPutStartRequest{
+		ClientId: "c1", Keys: pb.Keys([]string{"x"}), Sizes: []uint64{1024}, Config: &pb.ReplicaConfig{ReplicaNum: 1}}}})
+	r := f.recv(t)
+	require.Equal(t, uint64(7), r.Id)
+	require.Len(t, r.GetPutStart().GetResults(), 1)
+	assert.Zero(t, r.GetPutStart().Results[0].GetStatus().GetCode())
+	require.Equal(t, 1, h.srv.FramedSessions())
+	// Three requests in one write; answers come back by id, in any order.
+	var batch []byte
+	for _, req := range []*pb.SessionRequest{
+		{Id: 8, Call: &pb.SessionRequest_PutEnd{PutEnd: keys}},
+		{Id: 9},
+	} {
+		batch, err = store.AppendFrame(batch, req)
+		require.NoError(t, err)
+	}
+	_, err = f.c.Write(batch)
+	require.NoError(t, err)
+	got := map[uint64]*pb.SessionResponse{}
+	for range 2 {
+		r := f.recv(t)
+		got[r.Id] = r
+	}
+	require.Len(t, got[8].GetPutEnd().GetResults(), 1)
+	assert.Zero(t, got[8].GetPutEnd().Results[0].GetCode())
+	assert.Equal(t, int32(codes.InvalidArgument), got[9].GrpcCode)
+	assert.Nil(t, got[9].Result)
+	f.send(t, &pb.SessionRequest{Id: 10, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"x", "nope"})}}})
+	r = f.recv(t)
+	require.Equal(t, uint64(10), r.Id)
+	require.Len(t, r.GetGetReplicaList().GetResults(), 2)
+	assert.Equal(t, uint64(1024), r.GetGetReplicaList().Results[0].Replicas[0].Size)
+	assert.NotZero(t, r.GetGetReplicaList().Results[1].GetStatus().GetCode(), "missing key")
+
+	rec := httptest.NewRecorder()
+	h.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, m := range []string{"BatchPutStart", "BatchPutEnd", "BatchGetReplicaList"} {
+		assert.Contains(t, rec.Body.String(), `master_rpc_requests_total{method="`+m+`"} 1`, m)
+	}
+	f.c.Close()
+	require.Eventually(t, func() bool { return h.srv.FramedSessions() == 0 }, 10*time.Second, time.Millisecond)
+}
+
+// TestFramedSessionRefusesBadInput: a wrong hello, a frame longer than
+// the request limit and a frame that is no SessionRequest each close
+// their connection (nothing is run), and the listener goes on serving.
+func TestFramedSessionRefusesBadInput(t *testing.T) {
+	h := newHarness(t)
+	addr, _ := serveFramedTCP(t, h)
+	f := dialFramedTest(t, addr, "GET / HTTP/1.1\r\n")
+	assert.True(t, f.closedByServer(t), "wrong hello")
+
+	f = dialFramedTest(t, addr, store.FramedSessionMagic)
+	var big [4]byte
+	binary.LittleEndian.PutUint32(big[:], store.MaxRequestBytes+1)
+	_, err := f.c.Write(big[:])
+	require.NoError(t, err)
+	assert.True(t, f.closedByServer(t), "frame over the limit")
+
+	f = dialFramedTest(t, addr, store.FramedSessionMagic)
+	_, err = f.c.Write([]byte{3, 0, 0, 0, 0xff, 0xff, 0xff})
+	require.NoError(t, err)
+	assert.True(t, f.closedByServer(t), "undecodable frame")
+
+	f = dialFramedTest(t, addr, store.FramedSessionMagic)
+	f.send(t, &pb.SessionRequest{Id: 1, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "c1", Keys: pb.Keys([]string{"k"})}}})
+	r := f.recv(t)
+	assert.Equal(t, uint64(1), r.Id)
+	require.Len(t, r.GetGetReplicaList().GetResults(), 1)
+	assert.NotZero(t, r.GetGetReplicaList().Results[0].GetStatus().GetCode(), "missing key")
+}
+
+// TestFramedSessionClose: Close closes the open connections and ends
+// ServeFramedSessions with net.ErrClosed; a listener served after Close
+// is refused the same way.
+func TestFramedSessionClose(t *testing.T) {
+	h := newHarness(t)
+	addr, done := serveFramedTCP(t, h)
+	f := dialFramedTest(t, addr, store.FramedSessionMagic)
+	f.send(t, &pb.SessionRequest{Id: 1})
+	assert.Equal(t, int32(codes.InvalidArgument), f.recv(t).GrpcCode)
+	h.srv.Close()
+	assert.True(t, f.closedByServer(t), "connection after Close")
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(20 * time.Second):
+		t.Fatal("ServeFramedSessions still running after Close")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	assert.ErrorIs(t, h.srv.ServeFramedSessions(ln), net.ErrClosed)
+}
+
+// FuzzFramedSession: whatever bytes follow the hello, the master never
+// panics, every answer it writes is a whole SessionResponse frame, and
+// once the client half-closes, the connection's handler answers what it
+// read and returns.
+func FuzzFramedSession(f *testing.F) {
+	req := func(m *pb.SessionRequest) []byte {
+		b, err := store.AppendFrame(nil, m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	f.Add(req(&pb.SessionRequest{Id: 1, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "c", Keys: pb.Keys([]string{"k"})}}}))
+	f.Add(append(req(&pb.SessionRequest{Id: 2}), req(&pb.SessionRequest{Id: 3, Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: pb.Keys([]string{"a", "b"})}}})...))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{2, 0, 0, 0, 0x08})
+	h := newHarness(f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(f, err)
+	defer ln.Close()
+	f.Fuzz(func(t *testing.T, in []byte) {
+		cli, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		defer cli.Close()
+		srvSide, err := ln.Accept()
+		require.NoError(t, err)
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			h.srv.serveFramed(srvSide)
+			srvSide.Close()
+		}()
+		answers := make(chan error, 1)
+		go func() {
+			br := bufio.NewReader(cli)
+			for {
+				b, err := store.ReadFrame(br, store.MaxAnswerBytes)
+				if errors.Is(err, io.EOF) {
+					answers <- nil
+					return
+				}
+				if err == nil {
+					err = proto.Unmarshal(b, new(pb.SessionResponse))
+				}
+				if err != nil {
+					answers <- err
+					return
+				}
+			}
+		}()
+		cli.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := cli.Write(append([]byte(store.FramedSessionMagic), in...)); err == nil {
+			cli.(*net.TCPConn).CloseWrite()
+		}
+		select {
+		case err := <-answers:
+			require.NoError(t, err, "answer frames")
+		case <-time.After(30 * time.Second):
+			t.Fatal("no end of the answers 30 s after the input ended")
+		}
+		<-served
+	})
+}
