@@ -3,7 +3,9 @@
 # Debian, on 127.0.0.1, no persistence) with redis-benchmark SET/GET, then
 # the pool (mooncake bench store: in-process master and 2 nodes) put/get of
 # the same value sizes with the same concurrency, with the transport the
-# engine picks by default on one host (shm) and tcp only, and the raw
+# engine picks by default on one host (shm), tcp only, and tcp only with
+# the master calls on the gRPC stream instead of the framed session
+# (--grpc-session, for comparison), and the raw
 # transfer engine over tcp (mooncake bench transfer: one request of the
 # value size per op, the same number of threads; once to the same target
 # offsets every op as upstream's bench does, once with --target_span of
@@ -77,8 +79,12 @@ round() {
   n=$(requests_of "$b")
   csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -d "$b" -r "$(keys_of "$b")" -t set,get -q --csv)
   echo "$csv" | awk -F'"' -v s="$size" -v b="$b" '$2=="SET"||$2=="GET"{printf "%s redis %s %s %.6f %s %s\n", s, $2, $4, $4*b/1e9, $10, $14}' >>"$rows"
-  for proto in shm tcp; do
-    "$BIN" bench store --protocol "$proto" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
+  # tcpgrpc: tcp only with the master calls on the gRPC Session stream
+  # instead of the framed session (--grpc-session), for comparison.
+  for proto in shm tcp tcpgrpc; do
+    extra=()
+    [ "$proto" = tcpgrpc ] && extra=(--grpc-session)
+    "$BIN" bench store --protocol "${proto%grpc}" "${extra[@]}" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
       python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
 for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"])' "$size" "$proto" >>"$rows"
   done
@@ -106,7 +112,7 @@ print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d
 for size in $SIZES; do
   b=$(bytes_of "$size")
   echo "value $size: redis-benchmark -h 127.0.0.1 -p $port -c $CLIENTS -n $(requests_of "$b") -d $b -r $(keys_of "$b") -t set,get -q --csv"
-  echo "value $size: $BIN bench store --protocol shm|tcp --value-size $size --clients $CLIENTS --duration ${DUR}s"
+  echo "value $size: $BIN bench store --protocol shm|tcp [--grpc-session] --value-size $size --clients $CLIENTS --duration ${DUR}s"
   echo "value $size: $BIN bench transfer --protocol tcp --operation write|read --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s [--target_span $POOL]"
   echo "value $size: $BIN bench transfer --protocol socket --block_size $size --batch_size 1 --threads $CLIENTS --duration ${DUR}s --target_span $POOL"
   for r in $(seq "$ROUNDS"); do round "$size"; done
@@ -133,7 +139,7 @@ for size in sizes:
               f"  [GB/s per round: {' '.join('%.2f' % x[1] for x in xs)}]")
     line("redis SET", (size, "redis", "SET"))
     line("redis GET", (size, "redis", "GET"))
-    for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only")):
+    for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only"), ("tcpgrpc", "ours, tcp, gRPC stream")):
         line(f"{label} put", (size, proto, "put"), (size, "redis", "SET"))
         line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
     line("raw engine tcp write", (size, "raw", "write"))
@@ -153,6 +159,8 @@ for size in sizes:
     print(f"    tcp put / raw write {per_round((size, 'tcp', 'put'), (size, 'raw', 'write'))}, "
           f"tcp get / raw read {per_round((size, 'tcp', 'get'), (size, 'raw', 'read'))}, "
           f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
+    print(f"    tcp put / tcp put on the gRPC stream {per_round((size, 'tcp', 'put'), (size, 'tcpgrpc', 'put'))}, "
+          f"get {per_round((size, 'tcp', 'get'), (size, 'tcpgrpc', 'get'))}")
     print(f"    tcp put / raw write over the pool's span {per_round((size, 'tcp', 'put'), (size, 'rawspan', 'write'))}, "
           f"tcp get / raw read over the span {per_round((size, 'tcp', 'get'), (size, 'rawspan', 'read'))}")
     print(f"    raw write over the span / plain sockets {per_round((size, 'rawspan', 'write'), (size, 'socket', 'write'))}, "

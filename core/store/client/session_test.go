@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,4 +208,51 @@ func TestFramedSessionTLS(t *testing.T) {
 	require.NoError(t, err)
 	_, err = raw.Read(make([]byte, 1))
 	assert.Error(t, err, "plaintext connection answered")
+}
+
+// BenchmarkMasterCall: master round trips (a get of a missing key: the
+// replica-list call and nothing else) from 4 clients at once, over the
+// framed session and over the gRPC Session stream (NoFramedSession);
+// cpu-us/op is this process's CPU time (clients and master both) per
+// call. Run: go test -run XXX -bench MasterCall ./core/store/client/
+func BenchmarkMasterCall(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		grpc bool
+	}{{"framed", false}, {"grpc-stream", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			ctx := context.Background()
+			lc, err := localcluster.Start(ctx, localcluster.Options{Nodes: 1, SegmentSize: 4 << 20})
+			require.NoError(b, err)
+			defer lc.Close()
+			var cls []*client.Client
+			for i := range 4 {
+				c, err := lc.NewClient(ctx, client.Config{LocalHostname: fmt.Sprintf("bench-%d", i), NoFramedSession: mode.grpc})
+				require.NoError(b, err)
+				defer c.Close()
+				_, err = c.GetInto(ctx, "missing", make([]byte, 4096))
+				require.ErrorContains(b, err, "OBJECT_NOT_FOUND")
+				cls = append(cls, c)
+			}
+			var next atomic.Int64
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(p *testing.PB) {
+				c := cls[int(next.Add(1)-1)%len(cls)]
+				buf := make([]byte, 4096)
+				for p.Next() {
+					c.GetInto(ctx, "missing", buf)
+				}
+			})
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
+}
+
+// cpuTime is this process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
