@@ -54,10 +54,19 @@ func (m *stuckMaster) Session(st pb.Master_SessionServer) error {
 // of a connection to it, ready; the server is stopped at cleanup.
 func stuckSession(t *testing.T, m *stuckMaster, gopts ...grpc.ServerOption) (*session, *grpc.Server) {
 	t.Helper()
+	conn, g := readyConn(t, func(g *grpc.Server) { pb.RegisterMasterServer(g, m) }, gopts...)
+	return newSession(conn, pb.NewMasterClient(conn), false, "", nil), g
+}
+
+// readyConn serves a gRPC server (its services registered by reg, with
+// gopts) on 127.0.0.1 and returns a ready connection to it and the
+// server; both are stopped at cleanup.
+func readyConn(t *testing.T, reg func(*grpc.Server), gopts ...grpc.ServerOption) (*grpc.ClientConn, *grpc.Server) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	g := grpc.NewServer(gopts...)
-	pb.RegisterMasterServer(g, m)
+	reg(g)
 	go g.Serve(ln)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -69,7 +78,7 @@ func stuckSession(t *testing.T, m *stuckMaster, gopts ...grpc.ServerOption) (*se
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		require.True(t, conn.WaitForStateChange(ctx, st), "connection to the stuck master not ready")
 	}
-	return newSession(conn, pb.NewMasterClient(conn), false, "", nil), g
+	return conn, g
 }
 
 // returnsWithin runs f and fails the test if it has not returned after d.
@@ -84,13 +93,12 @@ func returnsWithin(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// TestSessionCallsReturnWhenMasterDies: calls in flight on the stream
-// (with and without a deadline) all return, Unavailable, when the master
-// goes away under them; close then ends the stream's goroutines.
-func TestSessionCallsReturnWhenMasterDies(t *testing.T) {
-	const n = 40
-	m := &stuckMaster{read: true, got: make(chan uint64, n)}
-	s, g := stuckSession(t, m)
+// callsOutlastMaster starts n calls on s (half with a deadline), waits
+// until got has reported each at the master, runs kill, and checks that
+// every call returns Unavailable, that close then ends the session's
+// goroutines, and that later calls go unary.
+func callsOutlastMaster(t *testing.T, s *session, n int, got <-chan uint64, kill func()) {
+	t.Helper()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -107,9 +115,13 @@ func TestSessionCallsReturnWhenMasterDies(t *testing.T) {
 		}()
 	}
 	for range n {
-		<-m.got // every call is at the master
+		select {
+		case <-got: // every call is at the master
+		case <-time.After(20 * time.Second):
+			t.Fatal("requests never reached the master")
+		}
 	}
-	g.Stop()
+	kill()
 	returnsWithin(t, 20*time.Second, "calls in flight when the master died", wg.Wait)
 	for i, err := range errs {
 		assert.Equal(t, codes.Unavailable, status.Code(err), "call %d: %v", i, err)
@@ -118,6 +130,16 @@ func TestSessionCallsReturnWhenMasterDies(t *testing.T) {
 	// Closed: calls go unary.
 	_, err := s.call(context.Background(), &pb.SessionRequest{})
 	assert.ErrorIs(t, err, errNoSession)
+}
+
+// TestSessionCallsReturnWhenMasterDies: calls in flight on the stream
+// (with and without a deadline) all return, Unavailable, when the master
+// goes away under them; close then ends the stream's goroutines.
+func TestSessionCallsReturnWhenMasterDies(t *testing.T) {
+	const n = 40
+	m := &stuckMaster{read: true, got: make(chan uint64, n)}
+	s, g := stuckSession(t, m)
+	callsOutlastMaster(t, s, n, m.got, g.Stop)
 }
 
 // TestSessionDeadlineWhileStreamBlocked: a call whose request cannot be
@@ -243,23 +265,11 @@ func stuckFramedSession(t *testing.T, m *stuckFramed) *session {
 	require.NoError(t, err)
 	go m.serve()
 	t.Cleanup(m.kill)
-	gln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	g := grpc.NewServer()
-	pb.RegisterMasterServer(g, m)
-	g.RegisterService(&framedPortDesc, m)
-	go g.Serve(gln)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(gln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn.Connect()
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		require.True(t, conn.WaitForStateChange(ctx, st), "connection to the stuck master not ready")
-	}
-	return newSession(conn, pb.NewMasterClient(conn), false, gln.Addr().String(), nil)
+	conn, _ := readyConn(t, func(g *grpc.Server) {
+		pb.RegisterMasterServer(g, m)
+		g.RegisterService(&framedPortDesc, m)
+	})
+	return newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil)
 }
 
 // TestFramedCallsReturnWhenMasterDies: calls in flight on a framed
@@ -270,36 +280,7 @@ func TestFramedCallsReturnWhenMasterDies(t *testing.T) {
 	const n = 40
 	m := &stuckFramed{read: true, got: make(chan uint64, n)}
 	s := stuckFramedSession(t, m)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := context.Background()
-			if i%2 == 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-			}
-			_, errs[i] = s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{Keys: pb.Keys([]string{fmt.Sprint(i)})}}})
-		}()
-	}
-	for range n {
-		select {
-		case <-m.got: // every call is at the master, framed
-		case <-time.After(20 * time.Second):
-			t.Fatal("requests never reached the framed listener")
-		}
-	}
-	m.kill()
-	returnsWithin(t, 20*time.Second, "calls in flight when the master died", wg.Wait)
-	for i, err := range errs {
-		assert.Equal(t, codes.Unavailable, status.Code(err), "call %d: %v", i, err)
-	}
-	returnsWithin(t, 20*time.Second, "session close", s.close)
-	_, err := s.call(context.Background(), &pb.SessionRequest{})
-	assert.ErrorIs(t, err, errNoSession)
+	callsOutlastMaster(t, s, n, m.got, m.kill)
 }
 
 // TestFramedDeadlineWhileMasterReadsNothing: a call whose request cannot

@@ -61,21 +61,8 @@ func putGet(t *testing.T, lc *localcluster.Cluster, m *countingMaster) {
 	c, err := lc.NewClient(ctx, client.Config{MasterAddr: ln.Addr().String(), LocalHostname: fmt.Sprintf("session-%v", m.noSession)})
 	require.NoError(t, err)
 	defer c.Close()
-	buf, err := memory.Map(8192)
-	require.NoError(t, err)
-	defer buf.Close()
-	require.NoError(t, c.RegisterBuffer(ctx, buf.Bytes()))
-	defer c.UnregisterBuffer(context.Background(), buf.Bytes())
-	src, dst := buf.Bytes()[:4096], buf.Bytes()[4096:]
-	for i := range 20 {
-		key := fmt.Sprintf("session-%v/%d", m.noSession, i)
-		copy(src, key)
-		require.NoError(t, c.PutFrom(ctx, key, src, nil))
-		n, err := c.GetInto(ctx, key, dst)
-		require.NoError(t, err)
-		require.Equal(t, len(src), n)
-		assert.Equal(t, src, dst, key)
-	}
+	roundTrips(t, c, fmt.Sprintf("session-%v", m.noSession), 20)
+	dst := make([]byte, 4096)
 	// A missing key is the master's per-key answer, not a call failure.
 	_, err = c.GetInto(ctx, "session/missing", dst)
 	require.Error(t, err)
