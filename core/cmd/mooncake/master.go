@@ -124,9 +124,6 @@ one command runs a whole single-machine pool.`,
 			}
 			defer p.Close()
 			fmt.Fprintf(os.Stderr, "mooncake master: rpc %s", p.RPCAddr)
-			if p.SessionAddr != "" {
-				fmt.Fprintf(os.Stderr, ", framed sessions %s", p.SessionAddr)
-			}
 			if p.MetricsAddr != "" {
 				scheme := "https"
 				if poolTLS == nil || metricsPlaintext {
@@ -147,6 +144,11 @@ one command runs a whole single-machine pool.`,
 				}
 			}
 			fmt.Fprintln(os.Stderr)
+			// A line of its own: scripts match the line above up to its
+			// end ("rpc ADDR, metadata URL").
+			if p.SessionAddr != "" {
+				fmt.Fprintf(os.Stderr, "mooncake master: framed sessions on %s (clients' put and get calls)\n", p.SessionAddr)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := p.Wait(ctx); err != nil && ctx.Err() == nil {
