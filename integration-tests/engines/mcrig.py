@@ -229,10 +229,16 @@ class Pool:
             self.workdir / "master.log", name="mooncake master",
         )
         self.procs.append(m)
-        got = m.wait_line(r"mooncake master: rpc (\S+), metadata (\S+)", 60)
-        self.master, self.metadata = got.group(1).rstrip(","), got.group(2)
-        for name, size in nodes:
-            self.add_node(name, size)
+        try:
+            got = m.wait_line(r"mooncake master: rpc (\S+), metadata (\S+)", 60)
+            self.master, self.metadata = got.group(1).rstrip(","), got.group(2)
+            for name, size in nodes:
+                self.add_node(name, size)
+        except BaseException:
+            # No caller holds the pool yet to close it: stop what started.
+            for p in reversed(self.procs):
+                p.stop()
+            raise
 
     def add_node(self, name, size):
         name = f"{name}-{os.getpid()}"
