@@ -125,16 +125,32 @@ func (s *Server) listenFramed(ln net.Listener) error {
 }
 
 // acceptFramed is ServeFramedSessions' accept loop on ln (listenFramed's).
+// An Accept error other than the listener's closing (EMFILE when the
+// process is out of descriptors, ECONNABORTED, ...) is waited out, as
+// net/http and gRPC do: 5 ms doubling to 1 s, reset by a success; the
+// listener keeps serving once descriptors are free again.
 func (s *Server) acceptFramed(ln net.Listener) error {
+	var backoff time.Duration
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			s.framed.mu.Lock()
+			closed := s.framed.closed
+			s.framed.mu.Unlock()
+			if closed {
+				return net.ErrClosed
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if s.logf != nil {
+				s.logf("master: framed session accept: %v; retrying in %v", err, backoff)
+			}
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if s.tls != nil {
 			c = tls.Server(c, s.tls.Server())
 		}

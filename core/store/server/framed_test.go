@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,4 +258,38 @@ func FuzzFramedSession(f *testing.F) {
 		}
 		<-served
 	})
+}
+
+// flakyListener fails its first n Accepts with EMFILE, as a process out
+// of descriptors, then accepts.
+type flakyListener struct {
+	net.Listener
+	n atomic.Int32
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestFramedSessionSurvivesAcceptErrors: Accept failing with EMFILE is
+// waited out; the listener then serves a connection.
+func TestFramedSessionSurvivesAcceptErrors(t *testing.T) {
+	h := newHarness(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	fl := &flakyListener{Listener: ln}
+	fl.n.Store(4)
+	done := make(chan error, 1)
+	go func() { done <- h.srv.ServeFramedSessions(fl) }()
+	f := dialFramedTest(t, ln.Addr().String(), store.FramedSessionMagic)
+	f.send(t, &pb.SessionRequest{Id: 5})
+	r := f.recv(t)
+	assert.Equal(t, uint64(5), r.Id)
+	assert.Equal(t, int32(codes.InvalidArgument), r.GrpcCode)
+	assert.Less(t, fl.n.Load(), int32(0), "every failing Accept was retried")
+	h.srv.Close()
+	assert.ErrorIs(t, <-done, net.ErrClosed)
 }
