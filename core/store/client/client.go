@@ -132,7 +132,7 @@ type Config struct {
 	SerialCommit bool
 	// NoFramedSession keeps the put and get calls on the gRPC Session
 	// stream even where the master serves framed sessions (see
-	// session.go; for comparison: mooncake bench store --grpc_session).
+	// session.go; for comparison: mooncake bench store --grpc-session).
 	// Ours.
 	NoFramedSession bool
 	// PingInterval is the heartbeat period; default 1 s (upstream).
@@ -258,7 +258,7 @@ func New(ctx context.Context, cfg Config) (c *Client, err error) {
 	if cfg.NoFramedSession {
 		framedAddr = ""
 	}
-	c.sess = newSession(c.conn, c.rpc, viaEtcd, framedAddr, cfg.TLS)
+	c.sess = newSession(c.conn, c.rpc, viaEtcd, framedAddr, cfg.TLS, cfg.Logf)
 	if _, err := c.ping(ctx); err != nil {
 		return nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -32,21 +34,22 @@ type framedStream struct {
 	br   *bufio.Reader // Recv's, used by the reader goroutine only
 	once sync.Once     // closes c
 
-	wmu  sync.Mutex
-	wbuf []byte // send's frame buffer, under wmu
+	wsem chan struct{} // one writer at a time; waited for within the call's ctx
+	wbuf []byte        // send's frame buffer, held with wsem
 }
 
 // dialFramed opens a framed session: it asks the master for the port
 // (store.FramedSessionPortMethod), dials it on the master's host (mutual
-// TLS with s.tls) and sends the hello, all within framedDialTimeout.
-// Errors: the port call's (Unimplemented: the master serves none), a bad
-// master address, the dial's or handshake's.
-func (s *session) dialFramed() (*framedStream, error) {
+// TLS with s.tls) and sends the hello, all within ctx and
+// framedDialTimeout. Errors: the port call's (Unimplemented: the master
+// serves none; Unavailable: the master connection failed), a bad master
+// address, the dial's or handshake's.
+func (s *session) dialFramed(ctx context.Context) (*framedStream, error) {
 	host, _, err := net.SplitHostPort(s.addr)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), framedDialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, framedDialTimeout)
 	defer cancel()
 	port := new(wrapperspb.UInt32Value)
 	if err := s.conn.Invoke(ctx, store.FramedSessionPortMethod, new(emptypb.Empty), port); err != nil {
@@ -78,16 +81,25 @@ func (s *session) dialFramed() (*framedStream, error) {
 		c.Close()
 		return nil, err
 	}
-	return &framedStream{c: c, br: bufio.NewReaderSize(c, 64<<10)}, nil
+	return &framedStream{c: c, br: bufio.NewReaderSize(c, 64<<10), wsem: make(chan struct{}, 1)}, nil
 }
 
-// send writes req as one frame, within ctx's deadline (framedWriteTimeout
-// without one). A failed write closes the connection: its reader then
-// fails every call waiting on it. Errors: only an encoding failure, which
-// concerns req alone (nothing is written, the connection stays).
+// send writes req as one frame, waiting for the connection (another
+// call's write) and writing within ctx's deadline (framedWriteTimeout
+// without one). Errors, when nothing of req was written and the
+// connection stays usable: ctx's, when it ended before the write could
+// start or while the write had sent nothing yet; an encoding failure.
+// A write cut short in the middle of the frame closes the connection (the
+// byte stream cannot be resumed): its reader then fails every call waiting
+// on it, this one too, and send returns nil; so does any other write
+// failure (a broken connection).
 func (f *framedStream) send(ctx context.Context, req *pb.SessionRequest) error {
-	f.wmu.Lock()
-	defer f.wmu.Unlock()
+	select {
+	case f.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-f.wsem }()
 	b, err := store.AppendFrame(f.wbuf[:0], req)
 	if err != nil {
 		return status.Errorf(codes.Internal, "framed session: encode request: %v", err)
@@ -100,9 +112,17 @@ func (f *framedStream) send(ctx context.Context, req *pb.SessionRequest) error {
 		dl = time.Now().Add(framedWriteTimeout)
 	}
 	f.c.SetWriteDeadline(dl)
-	if _, err := f.c.Write(b); err != nil {
-		f.CloseSend()
+	n, err := f.c.Write(b)
+	if err == nil {
+		return nil
 	}
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		if ok {
+			return context.DeadlineExceeded
+		}
+		return status.Errorf(codes.DeadlineExceeded, "framed session: master read nothing for %v", framedWriteTimeout)
+	}
+	f.CloseSend()
 	return nil
 }
 

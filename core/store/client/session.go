@@ -45,8 +45,10 @@ var errNoSession = errors.New("client: no session stream")
 // each time a stream is opened; where that call or the dial fails, the
 // gRPC stream is used and framed sessions are not tried again for
 // framedRetryAfter, doubled after each further failure up to
-// framedRetryMax (a port a firewall drops costs a stream opening up to
-// framedDialTimeout each time).
+// framedRetryMax and reset by a success (a port a firewall drops costs a
+// stream opening up to framedDialTimeout each time), then the gRPC stream
+// is retired once idle (see open). A failure logs one line
+// (Config.Logf).
 
 // framedRetryAfter is how long a client whose framed session could not be
 // opened first uses the gRPC stream before trying again; framedRetryMax
@@ -77,6 +79,7 @@ type session struct {
 	// framed sessions) and the client's TLS identity.
 	addr string
 	tls  *tlsconfig.Config
+	logf func(format string, args ...any) // Config.Logf; nil = none
 
 	wg sync.WaitGroup // reader and sender goroutines
 
@@ -119,8 +122,8 @@ const sessionQueue = 1024
 // master refuses it.
 const maxSessionRequestBytes = store.MaxRequestBytes - 1<<20
 
-func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool, addr string, tc *tlsconfig.Config) *session {
-	s := &session{conn: conn, rpc: rpc, addr: addr, tls: tc}
+func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool, addr string, tc *tlsconfig.Config, logf func(string, ...any)) *session {
+	s := &session{conn: conn, rpc: rpc, addr: addr, tls: tc, logf: logf}
 	s.mu.pending = map[uint64]chan *pb.SessionResponse{}
 	s.mu.off = off
 	return s
@@ -129,32 +132,56 @@ func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool, addr strin
 // open returns the current stream and its send queue (nil for a framed
 // stream), opening one if none is and the master connection is ready: a
 // framed session where the master serves one, else a gRPC stream;
-// errNoSession when the call must go unary.
-func (s *session) open() (clientStream, chan<- *pb.SessionRequest, error) {
+// errNoSession when the call must go unary. A framed session is dialled
+// within ctx (the call's) and framedDialTimeout. A gRPC stream in use
+// because a framed session could not be had is retired, once no call is
+// waiting on it, when the next try is due, so a client goes back to a
+// framed session after a master restart or a passing failure.
+func (s *session) open(ctx context.Context) (clientStream, chan<- *pb.SessionRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.off {
 		return nil, nil, errNoSession
 	}
-	if s.mu.stream != nil {
-		return s.mu.stream, s.mu.sendq, nil
+	if st := s.mu.stream; st != nil {
+		if _, framed := st.(*framedStream); framed || s.addr == "" || len(s.mu.pending) > 0 || time.Now().Before(s.mu.framedAfter) {
+			return st, s.mu.sendq, nil
+		}
+		// Idle: no call can be waiting on it (a call registers only while
+		// its stream is current), so its reader fails nothing.
+		s.mu.stream = nil
+		s.mu.cancel()
 	}
 	if s.conn.GetState() != connectivity.Ready {
 		return nil, nil, errNoSession
 	}
 	if s.addr != "" && !time.Now().Before(s.mu.framedAfter) {
-		if fs, err := s.dialFramed(); err == nil {
+		fs, err := s.dialFramed(ctx)
+		if err == nil {
+			s.mu.framedBackoff = 0
 			s.mu.stream, s.mu.sendq, s.mu.cancel = fs, nil, func() { fs.CloseSend() }
 			s.mu.gen++
 			s.wg.Add(1)
 			go s.read(fs)
 			return fs, nil, nil
 		}
-		s.mu.framedBackoff = min(max(2*s.mu.framedBackoff, framedRetryAfter), framedRetryMax)
-		s.mu.framedAfter = time.Now().Add(s.mu.framedBackoff)
+		switch {
+		case ctx.Err() != nil:
+			// The call's own deadline: no verdict on framed sessions.
+		case status.Code(err) == codes.Unavailable:
+			// The master connection failed under the port call (a master
+			// restarting): try again soon, without backing off.
+			s.mu.framedAfter = time.Now().Add(time.Second)
+		default:
+			s.mu.framedBackoff = min(max(2*s.mu.framedBackoff, framedRetryAfter), framedRetryMax)
+			s.mu.framedAfter = time.Now().Add(s.mu.framedBackoff)
+			if s.logf != nil {
+				s.logf("master %s: no framed session (%v); the put and get calls use the gRPC stream, next try in %v", s.addr, err, s.mu.framedBackoff)
+			}
+		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	st, err := s.rpc.Session(ctx)
+	sctx, cancel := context.WithCancel(context.Background())
+	st, err := s.rpc.Session(sctx)
 	if err != nil {
 		cancel()
 		return nil, nil, errNoSession
@@ -164,7 +191,7 @@ func (s *session) open() (clientStream, chan<- *pb.SessionRequest, error) {
 	s.mu.gen++
 	s.wg.Add(2)
 	go s.read(st)
-	go s.send(ctx, st, q)
+	go s.send(sctx, st, q)
 	return st, q, nil
 }
 
@@ -207,13 +234,17 @@ func (s *session) read(st clientStream) {
 		if err != nil {
 			fail := &pb.SessionResponse{GrpcCode: int32(status.Code(err)), GrpcMessage: status.Convert(err).Message()}
 			s.mu.Lock()
+			if s.mu.stream != st {
+				// Retired by open while idle: the calls waiting now are
+				// the current stream's.
+				s.mu.Unlock()
+				return
+			}
 			if status.Code(err) == codes.Unimplemented {
 				s.mu.off = true
 			}
-			if s.mu.stream == st {
-				s.mu.stream = nil
-				s.mu.cancel()
-			}
+			s.mu.stream = nil
+			s.mu.cancel()
 			for id, ch := range s.mu.pending {
 				ch <- fail
 				delete(s.mu.pending, id)
@@ -239,7 +270,7 @@ func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.Session
 	if proto.Size(req) > maxSessionRequestBytes {
 		return nil, errNoSession
 	}
-	st, q, err := s.open()
+	st, q, err := s.open(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -258,9 +289,9 @@ func (s *session) call(ctx context.Context, req *pb.SessionRequest) (*pb.Session
 	s.mu.Unlock()
 	var resp *pb.SessionResponse
 	if fs, ok := st.(*framedStream); ok {
-		// A framed request is written here, within ctx's deadline; a
-		// failed write closes the connection, whose reader then fails
-		// every call waiting on it, this one too.
+		// A framed request is written here, within ctx's deadline (see
+		// send: a write cut short closes the connection, whose reader then
+		// fails every call waiting on it, this one too).
 		if err := fs.send(ctx, req); err != nil {
 			s.mu.Lock()
 			delete(s.mu.pending, req.Id)

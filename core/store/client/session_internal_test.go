@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,7 +56,7 @@ func (m *stuckMaster) Session(st pb.Master_SessionServer) error {
 func stuckSession(t *testing.T, m *stuckMaster, gopts ...grpc.ServerOption) (*session, *grpc.Server) {
 	t.Helper()
 	conn, g := readyConn(t, func(g *grpc.Server) { pb.RegisterMasterServer(g, m) }, gopts...)
-	return newSession(conn, pb.NewMasterClient(conn), false, "", nil), g
+	return newSession(conn, pb.NewMasterClient(conn), false, "", nil, nil), g
 }
 
 // readyConn serves a gRPC server (its services registered by reg, with
@@ -269,7 +270,7 @@ func stuckFramedSession(t *testing.T, m *stuckFramed) *session {
 		pb.RegisterMasterServer(g, m)
 		g.RegisterService(&framedPortDesc, m)
 	})
-	return newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil)
+	return newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil, nil)
 }
 
 // TestFramedCallsReturnWhenMasterDies: calls in flight on a framed
@@ -283,21 +284,176 @@ func TestFramedCallsReturnWhenMasterDies(t *testing.T) {
 	callsOutlastMaster(t, s, n, m.got, m.kill)
 }
 
-// TestFramedDeadlineWhileMasterReadsNothing: a call whose request cannot
-// be written (the master reads nothing; the socket buffers fill) still
-// returns at about its deadline.
+// TestFramedDeadlineWhileMasterReadsNothing: calls whose requests cannot
+// be written (the master reads nothing; the socket buffers fill), several
+// at once so that most wait for another call's blocked write, each
+// return at about their deadline, not after the blocked writes.
 func TestFramedDeadlineWhileMasterReadsNothing(t *testing.T) {
 	m := &stuckFramed{}
 	s := stuckFramedSession(t, m)
 	defer s.close()
 	big := []string{strings.Repeat("k", 2<<20)} // under the request limit; a few fill the buffers
+	var wg sync.WaitGroup
 	for i := range 8 {
-		returnsWithin(t, 20*time.Second, fmt.Sprintf("call %d with a 200 ms deadline", i), func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			_, err := s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: pb.Keys(big)}}})
-			c := status.Code(err)
-			assert.True(t, errors.Is(err, context.DeadlineExceeded) || c == codes.Unavailable, "call %d: %v", i, err)
-		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			returnsWithin(t, 5*time.Second, fmt.Sprintf("call %d with a 200 ms deadline", i), func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				_, err := s.call(ctx, &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{Keys: pb.Keys(big)}}})
+				c := status.Code(err)
+				assert.True(t, errors.Is(err, context.DeadlineExceeded) || c == codes.Unavailable, "call %d: %v", i, err)
+			})
+		}()
 	}
+	wg.Wait()
+}
+
+// hangingPort is a master whose framed port call never answers.
+type hangingPort struct{ pb.UnimplementedMasterServer }
+
+// TestFramedOpenWithinCallDeadline: opening a stream while the port call
+// hangs takes no longer than the call's own deadline (not the dial's 2 s).
+func TestFramedOpenWithinCallDeadline(t *testing.T) {
+	conn, _ := readyConn(t, func(g *grpc.Server) {
+		g.RegisterService(&grpc.ServiceDesc{
+			ServiceName: "mooncake_go.FramedSession", HandlerType: (*any)(nil),
+			Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(_ any, ctx context.Context, _ func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}}},
+		}, &hangingPort{})
+	})
+	s := newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil, nil)
+	defer s.close()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := s.call(ctx, &pb.SessionRequest{})
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), framedDialTimeout, "a 100 ms call waited for the whole dial timeout")
+	s.mu.Lock()
+	assert.Zero(t, s.mu.framedBackoff, "the call's own deadline counted as a framed failure")
+	s.mu.Unlock()
+}
+
+// answeringMaster answers every request with an empty result of its id,
+// on its gRPC Session stream and on its framed listener; while refuse is
+// set its port call fails Unimplemented.
+type answeringMaster struct {
+	pb.UnimplementedMasterServer
+	refuse atomic.Bool
+	ln     net.Listener
+	framed atomic.Int64 // framed connections accepted
+}
+
+func (m *answeringMaster) Session(st pb.Master_SessionServer) error {
+	for {
+		req, err := st.Recv()
+		if err != nil {
+			return nil
+		}
+		if err := st.Send(&pb.SessionResponse{Id: req.Id}); err != nil {
+			return err
+		}
+	}
+}
+
+func (m *answeringMaster) serveFramed() {
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			return
+		}
+		m.framed.Add(1)
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			var hello [len(store.FramedSessionMagic)]byte
+			if _, err := io.ReadFull(br, hello[:]); err != nil {
+				return
+			}
+			for {
+				b, err := store.ReadFrame(br, store.MaxRequestBytes)
+				if err != nil {
+					return
+				}
+				req := new(pb.SessionRequest)
+				if proto.Unmarshal(b, req) != nil {
+					return
+				}
+				out, _ := store.AppendFrame(nil, &pb.SessionResponse{Id: req.Id})
+				if _, err := c.Write(out); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// TestFramedUpgradeAfterBackoff: a master that refuses framed sessions
+// gets the client's calls on the gRPC stream, with the backoff set; once
+// the next try is due and the stream is idle, the client moves to a
+// framed session (the master then serves one) and the backoff resets.
+func TestFramedUpgradeAfterBackoff(t *testing.T) {
+	m := &answeringMaster{}
+	var err error
+	m.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { m.ln.Close() })
+	go m.serveFramed()
+	m.refuse.Store(true)
+	conn, _ := readyConn(t, func(g *grpc.Server) {
+		pb.RegisterMasterServer(g, m)
+		g.RegisterService(&grpc.ServiceDesc{
+			ServiceName: "mooncake_go.FramedSession", HandlerType: (*any)(nil),
+			Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				if err := dec(new(emptypb.Empty)); err != nil {
+					return nil, err
+				}
+				if m.refuse.Load() {
+					return nil, status.Error(codes.Unimplemented, "no framed sessions")
+				}
+				return wrapperspb.UInt32(uint32(m.ln.Addr().(*net.TCPAddr).Port)), nil
+			}}},
+		}, m)
+	})
+	var logged []string
+	var logMu sync.Mutex
+	s := newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil, func(f string, a ...any) {
+		logMu.Lock()
+		defer logMu.Unlock()
+		logged = append(logged, fmt.Sprintf(f, a...))
+	})
+	defer s.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 3 {
+		_, err := s.call(ctx, &pb.SessionRequest{})
+		require.NoError(t, err)
+	}
+	s.mu.Lock()
+	_, framed := s.mu.stream.(*framedStream)
+	backoff := s.mu.framedBackoff
+	s.mu.framedAfter = time.Now().Add(-time.Second) // the next try is due
+	s.mu.Unlock()
+	assert.False(t, framed, "on a framed session while the master refuses them")
+	assert.Equal(t, framedRetryAfter, backoff)
+	logMu.Lock()
+	require.Len(t, logged, 1)
+	assert.Contains(t, logged[0], "no framed session")
+	logMu.Unlock()
+	m.refuse.Store(false)
+	for range 3 {
+		_, err := s.call(ctx, &pb.SessionRequest{})
+		require.NoError(t, err)
+	}
+	s.mu.Lock()
+	_, framed = s.mu.stream.(*framedStream)
+	backoff = s.mu.framedBackoff
+	s.mu.Unlock()
+	assert.True(t, framed, "still on the gRPC stream after the try was due")
+	assert.Zero(t, backoff, "backoff after a framed session opened")
+	assert.Equal(t, int64(1), m.framed.Load(), "framed connections")
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,14 @@ import (
 // framedHelloTimeout bounds how long an accepted connection (its TLS
 // handshake included) may take to send store.FramedSessionMagic.
 const framedHelloTimeout = 10 * time.Second
+
+// framedBodyTimeout bounds how long the bytes of a request larger than
+// framedSmallFrame may take to arrive once its length did (a variable for
+// tests).
+var framedBodyTimeout = 30 * time.Second
+
+// framedSmallFrame is the largest request allowed to arrive slowly.
+const framedSmallFrame = 64 << 10
 
 // framedWriteTimeout bounds one answer's write: a client that reads none
 // for this long loses its connection (its calls then fail, as when a gRPC
@@ -203,12 +212,15 @@ func (s *Server) serveFramed(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(framedHelloTimeout))
 	var hello [len(store.FramedSessionMagic)]byte
 	if _, err := io.ReadFull(c, hello[:]); err != nil {
-		if s.logf != nil && s.tls != nil {
-			s.logf("master: framed session from %v: %v", c.RemoteAddr(), err)
+		if s.logf != nil {
+			s.logf("master: framed session from %v: no hello within %v: %v", c.RemoteAddr(), framedHelloTimeout, err)
 		}
 		return
 	}
 	if string(hello[:]) != store.FramedSessionMagic {
+		if s.logf != nil {
+			s.logf("master: framed session from %v: refused: it did not start with %q", c.RemoteAddr(), store.FramedSessionMagic)
+		}
 		return
 	}
 	c.SetReadDeadline(time.Time{})
@@ -233,6 +245,13 @@ func (f *framedConn) Context() context.Context { return f.ctx }
 // client closed it); a frame longer than store.MaxRequestBytes or one
 // that is not a SessionRequest, after which the connection is unusable.
 func (f *framedConn) Recv() (*pb.SessionRequest, error) {
+	// A connection may idle between frames, but a large frame's bytes
+	// must arrive within framedBodyTimeout once its length did: a client
+	// announcing large frames and stalling holds their memory no longer.
+	if h, err := f.br.Peek(4); err == nil && binary.LittleEndian.Uint32(h) > framedSmallFrame {
+		f.c.SetReadDeadline(time.Now().Add(framedBodyTimeout))
+		defer f.c.SetReadDeadline(time.Time{})
+	}
 	b, err := store.ReadFrame(f.br, store.MaxRequestBytes)
 	if err != nil {
 		f.cancel()

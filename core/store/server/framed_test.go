@@ -174,6 +174,24 @@ func TestFramedSessionRefusesBadInput(t *testing.T) {
 	assert.NotZero(t, r.GetGetReplicaList().Results[0].GetStatus().GetCode(), "missing key")
 }
 
+// TestFramedSessionLargeFrameStalls: a client announcing a large frame
+// and stalling is disconnected after framedBodyTimeout; one idling
+// between frames is not.
+func TestFramedSessionLargeFrameStalls(t *testing.T) {
+	old := framedBodyTimeout
+	framedBodyTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { framedBodyTimeout = old }) // after the harness's cleanup stopped the server
+	h := newHarness(t)
+	addr, _ := serveFramedTCP(t, h)
+	idle := dialFramedTest(t, addr, store.FramedSessionMagic)
+	stall := dialFramedTest(t, addr, store.FramedSessionMagic)
+	_, err := stall.c.Write([]byte{0, 0, 0x10, 0, 1, 2, 3}) // 1 MiB announced, 3 bytes sent
+	require.NoError(t, err)
+	assert.True(t, stall.closedByServer(t), "a stalled large frame")
+	idle.send(t, &pb.SessionRequest{Id: 3}) // after more than the body timeout of idling
+	assert.Equal(t, uint64(3), idle.recv(t).Id)
+}
+
 // TestFramedSessionClose: Close closes the open connections and ends
 // ServeFramedSessions with net.ErrClosed; a listener served after Close
 // is refused the same way.

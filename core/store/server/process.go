@@ -162,7 +162,7 @@ func Start(cfg ProcessConfig) (p *Process, err error) {
 			return nil, err
 		}
 		p.SessionAddr = sln.Addr().String()
-		go p.Server.acceptFramed(sln) // ends with Server.Close
+		go p.Server.acceptFramed(sln) // ends with Server.Close (Accept errors are waited out)
 	}
 	ln := p.rpcLn
 	go func() { p.served <- p.Server.Serve(ln) }()
