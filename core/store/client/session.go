@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"time"
 
@@ -40,8 +41,8 @@ var errNoSession = errors.New("client: no session stream")
 // Where the master serves framed sessions (server.ServeFramedSessions),
 // the stream is instead a plain TCP connection to that listener (mutual
 // TLS with Config.TLS): each call writes its request frame itself and one
-// reader delivers the answers, about half the CPU per call of the gRPC
-// stream. Its port comes from the master (store.FramedSessionPortMethod)
+// reader delivers the answers: fewer goroutine hand-offs and less CPU
+// per call than the gRPC stream (BenchmarkMasterCall). Its port comes from the master (store.FramedSessionPortMethod)
 // each time a stream is opened; where that call or the dial fails, the
 // gRPC stream is used and framed sessions are not tried again for
 // framedRetryAfter, doubled after each further failure up to
@@ -93,9 +94,11 @@ type session struct {
 		off     bool   // unary only (no Session at the master, etcd:// address, closed)
 		gen     uint64 // streams opened so far: the current one's number
 		// framedAfter: no framed session is tried before this time;
-		// framedBackoff: the last wait set (doubled after each failure).
+		// framedBackoff: the last wait set (doubled after each failure);
+		// dialing: closed when the framed dial in progress ends (nil: none).
 		framedAfter   time.Time
 		framedBackoff time.Duration
+		dialing       chan struct{}
 	}
 }
 
@@ -132,32 +135,62 @@ func newSession(conn *grpc.ClientConn, rpc pb.MasterClient, off bool, addr strin
 // open returns the current stream and its send queue (nil for a framed
 // stream), opening one if none is and the master connection is ready: a
 // framed session where the master serves one, else a gRPC stream;
-// errNoSession when the call must go unary. A framed session is dialled
-// within ctx (the call's) and framedDialTimeout. A gRPC stream in use
+// errNoSession when the call must go unary; ctx's error when it ends
+// while a framed session is being dialled. A framed session is dialled
+// within ctx (the call's) and framedDialTimeout, without holding s.mu
+// (calls that find a dial in progress wait for it). A gRPC stream in use
 // because a framed session could not be had is retired, once no call is
 // waiting on it, when the next try is due, so a client goes back to a
 // framed session after a master restart or a passing failure.
 func (s *session) open(ctx context.Context) (clientStream, chan<- *pb.SessionRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.off {
-		return nil, nil, errNoSession
-	}
-	if st := s.mu.stream; st != nil {
-		if _, framed := st.(*framedStream); framed || s.addr == "" || len(s.mu.pending) > 0 || time.Now().Before(s.mu.framedAfter) {
-			return st, s.mu.sendq, nil
+	for {
+		if s.mu.off {
+			return nil, nil, errNoSession
 		}
-		// Idle: no call can be waiting on it (a call registers only while
-		// its stream is current), so its reader fails nothing.
-		s.mu.stream = nil
-		s.mu.cancel()
-	}
-	if s.conn.GetState() != connectivity.Ready {
-		return nil, nil, errNoSession
-	}
-	if s.addr != "" && !time.Now().Before(s.mu.framedAfter) {
+		if st := s.mu.stream; st != nil {
+			if _, framed := st.(*framedStream); framed || s.addr == "" || len(s.mu.pending) > 0 || time.Now().Before(s.mu.framedAfter) {
+				return st, s.mu.sendq, nil
+			}
+			// Idle: no call can be waiting on it (a call registers only
+			// while its stream is current), so its reader fails nothing.
+			s.mu.stream = nil
+			s.mu.cancel()
+		}
+		if s.conn.GetState() != connectivity.Ready {
+			return nil, nil, errNoSession
+		}
+		if s.addr == "" || time.Now().Before(s.mu.framedAfter) {
+			break
+		}
+		if dialing := s.mu.dialing; dialing != nil {
+			// Another call is dialling (without the lock: the port call,
+			// dial and handshake are network round trips): wait for it
+			// within this call's ctx, then look again.
+			s.mu.Unlock()
+			select {
+			case <-dialing:
+			case <-ctx.Done():
+				s.mu.Lock()
+				return nil, nil, ctx.Err()
+			}
+			s.mu.Lock()
+			continue
+		}
+		dialing := make(chan struct{})
+		s.mu.dialing = dialing
+		s.mu.Unlock()
+		start := time.Now()
 		fs, err := s.dialFramed(ctx)
+		s.mu.Lock()
+		s.mu.dialing = nil
+		close(dialing)
 		if err == nil {
+			if s.mu.off { // closed while dialling
+				fs.CloseSend()
+				return nil, nil, errNoSession
+			}
 			s.mu.framedBackoff = 0
 			s.mu.stream, s.mu.sendq, s.mu.cancel = fs, nil, func() { fs.CloseSend() }
 			s.mu.gen++
@@ -166,8 +199,9 @@ func (s *session) open(ctx context.Context) (clientStream, chan<- *pb.SessionReq
 			return fs, nil, nil
 		}
 		switch {
-		case ctx.Err() != nil:
+		case callEnded(ctx, start, err):
 			// The call's own deadline: no verdict on framed sessions.
+			return nil, nil, context.DeadlineExceeded
 		case status.Code(err) == codes.Unavailable:
 			// The master connection failed under the port call (a master
 			// restarting): try again soon, without backing off.
@@ -179,6 +213,8 @@ func (s *session) open(ctx context.Context) (clientStream, chan<- *pb.SessionReq
 				s.logf("master %s: no framed session (%v); the put and get calls use the gRPC stream, next try in %v", s.addr, err, s.mu.framedBackoff)
 			}
 		}
+		// Another call may have opened a stream meanwhile: look again
+		// (framedAfter now sends this one to the gRPC stream).
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	st, err := s.rpc.Session(sctx)
@@ -193,6 +229,20 @@ func (s *session) open(ctx context.Context) (clientStream, chan<- *pb.SessionReq
 	go s.read(st)
 	go s.send(sctx, st, q)
 	return st, q, nil
+}
+
+// callEnded reports whether err, from a framed dial started at start
+// within ctx, is ctx's end rather than the dial's verdict: ctx ended, or
+// its deadline came before the dial's own and err is a deadline error
+// (the master may answer the port call DeadlineExceeded, for the deadline
+// it was sent with, just before ctx's own timer fires).
+func callEnded(ctx context.Context, start time.Time, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && dl.Before(start.Add(framedDialTimeout)) &&
+		(status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded))
 }
 
 // send sends the requests queued on q over st, one at a time (gRPC

@@ -314,7 +314,8 @@ func TestFramedDeadlineWhileMasterReadsNothing(t *testing.T) {
 type hangingPort struct{ pb.UnimplementedMasterServer }
 
 // TestFramedOpenWithinCallDeadline: opening a stream while the port call
-// hangs takes no longer than the call's own deadline (not the dial's 2 s).
+// hangs takes no longer than the call's own deadline (not the dial's 2 s),
+// and a dial in progress does not hold the session's lock.
 func TestFramedOpenWithinCallDeadline(t *testing.T) {
 	conn, _ := readyConn(t, func(g *grpc.Server) {
 		g.RegisterService(&grpc.ServiceDesc{
@@ -336,6 +337,26 @@ func TestFramedOpenWithinCallDeadline(t *testing.T) {
 	s.mu.Lock()
 	assert.Zero(t, s.mu.framedBackoff, "the call's own deadline counted as a framed failure")
 	s.mu.Unlock()
+
+	// The dial holds no lock: while a call waits on the hanging port
+	// call, close returns at once, and the call then goes unary.
+	dialing := make(chan error, 1)
+	go func() {
+		_, err := s.call(context.Background(), &pb.SessionRequest{})
+		dialing <- err
+	}()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.mu.dialing != nil
+	}, 10*time.Second, time.Millisecond)
+	returnsWithin(t, framedDialTimeout/2, "close during a dial", s.close)
+	select {
+	case err := <-dialing:
+		assert.ErrorIs(t, err, errNoSession)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the dialling call never returned")
+	}
 }
 
 // answeringMaster answers every request with an empty result of its id,
