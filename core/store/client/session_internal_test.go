@@ -212,23 +212,10 @@ func (m *stuckFramed) serve() {
 		if !m.read {
 			continue
 		}
-		go func() {
-			br := bufio.NewReader(c)
-			var hello [len(store.FramedSessionMagic)]byte
-			if _, err := io.ReadFull(br, hello[:]); err != nil {
-				return
-			}
-			for {
-				b, err := store.ReadFrame(br, store.MaxRequestBytes)
-				if err != nil {
-					return
-				}
-				req := new(pb.SessionRequest)
-				if proto.Unmarshal(b, req) == nil {
-					m.got <- req.Id
-				}
-			}
-		}()
+		go readFrames(c, func(req *pb.SessionRequest) bool {
+			m.got <- req.Id
+			return true
+		})
 	}
 }
 
@@ -243,17 +230,46 @@ func (m *stuckFramed) kill() {
 	}
 }
 
-// framedPortDesc answers store.FramedSessionPortMethod with the port of
-// the server's stuckFramed listener.
-var framedPortDesc = grpc.ServiceDesc{
-	ServiceName: "mooncake_go.FramedSession",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-		if err := dec(new(emptypb.Empty)); err != nil {
-			return nil, err
+// readFrames reads a framed session's hello and then its requests from
+// c, calling each for every one, until c fails, a frame does not decode
+// or each returns false.
+func readFrames(c net.Conn, each func(*pb.SessionRequest) bool) {
+	br := bufio.NewReader(c)
+	var hello [len(store.FramedSessionMagic)]byte
+	if _, err := io.ReadFull(br, hello[:]); err != nil {
+		return
+	}
+	for {
+		b, err := store.ReadFrame(br, store.MaxRequestBytes)
+		if err != nil {
+			return
 		}
-		return wrapperspb.UInt32(uint32(srv.(*stuckFramed).ln.Addr().(*net.TCPAddr).Port)), nil
-	}}},
+		req := new(pb.SessionRequest)
+		if proto.Unmarshal(b, req) != nil || !each(req) {
+			return
+		}
+	}
+}
+
+// portService is a master's framed port call (store.FramedSessionPortMethod)
+// answered by port.
+func portService(port func(ctx context.Context) (*wrapperspb.UInt32Value, error)) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: "mooncake_go.FramedSession", HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			if err := dec(new(emptypb.Empty)); err != nil {
+				return nil, err
+			}
+			return port(ctx)
+		}}},
+	}
+}
+
+// listenerPort answers the port of ln.
+func listenerPort(ln net.Listener) func(context.Context) (*wrapperspb.UInt32Value, error) {
+	return func(context.Context) (*wrapperspb.UInt32Value, error) {
+		return wrapperspb.UInt32(uint32(ln.Addr().(*net.TCPAddr).Port)), nil
+	}
 }
 
 // stuckFramedSession serves m (its framed listener on 127.0.0.1, the
@@ -268,7 +284,7 @@ func stuckFramedSession(t *testing.T, m *stuckFramed) *session {
 	t.Cleanup(m.kill)
 	conn, _ := readyConn(t, func(g *grpc.Server) {
 		pb.RegisterMasterServer(g, m)
-		g.RegisterService(&framedPortDesc, m)
+		g.RegisterService(portService(listenerPort(m.ln)), m)
 	})
 	return newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil, nil)
 }
@@ -318,13 +334,10 @@ type hangingPort struct{ pb.UnimplementedMasterServer }
 // and a dial in progress does not hold the session's lock.
 func TestFramedOpenWithinCallDeadline(t *testing.T) {
 	conn, _ := readyConn(t, func(g *grpc.Server) {
-		g.RegisterService(&grpc.ServiceDesc{
-			ServiceName: "mooncake_go.FramedSession", HandlerType: (*any)(nil),
-			Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(_ any, ctx context.Context, _ func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				<-ctx.Done()
-				return nil, ctx.Err()
-			}}},
-		}, &hangingPort{})
+		g.RegisterService(portService(func(ctx context.Context) (*wrapperspb.UInt32Value, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}), &hangingPort{})
 	})
 	s := newSession(conn, pb.NewMasterClient(conn), false, conn.Target(), nil, nil)
 	defer s.close()
@@ -390,25 +403,11 @@ func (m *answeringMaster) serveFramed() {
 		m.framed.Add(1)
 		go func() {
 			defer c.Close()
-			br := bufio.NewReader(c)
-			var hello [len(store.FramedSessionMagic)]byte
-			if _, err := io.ReadFull(br, hello[:]); err != nil {
-				return
-			}
-			for {
-				b, err := store.ReadFrame(br, store.MaxRequestBytes)
-				if err != nil {
-					return
-				}
-				req := new(pb.SessionRequest)
-				if proto.Unmarshal(b, req) != nil {
-					return
-				}
+			readFrames(c, func(req *pb.SessionRequest) bool {
 				out, _ := store.AppendFrame(nil, &pb.SessionResponse{Id: req.Id})
-				if _, err := c.Write(out); err != nil {
-					return
-				}
-			}
+				_, err := c.Write(out)
+				return err == nil
+			})
 		}()
 	}
 }
@@ -427,18 +426,13 @@ func TestFramedUpgradeAfterBackoff(t *testing.T) {
 	m.refuse.Store(true)
 	conn, _ := readyConn(t, func(g *grpc.Server) {
 		pb.RegisterMasterServer(g, m)
-		g.RegisterService(&grpc.ServiceDesc{
-			ServiceName: "mooncake_go.FramedSession", HandlerType: (*any)(nil),
-			Methods: []grpc.MethodDesc{{MethodName: "Port", Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-				if err := dec(new(emptypb.Empty)); err != nil {
-					return nil, err
-				}
-				if m.refuse.Load() {
-					return nil, status.Error(codes.Unimplemented, "no framed sessions")
-				}
-				return wrapperspb.UInt32(uint32(m.ln.Addr().(*net.TCPAddr).Port)), nil
-			}}},
-		}, m)
+		serve := listenerPort(m.ln)
+		g.RegisterService(portService(func(ctx context.Context) (*wrapperspb.UInt32Value, error) {
+			if m.refuse.Load() {
+				return nil, status.Error(codes.Unimplemented, "no framed sessions")
+			}
+			return serve(ctx)
+		}), m)
 	})
 	var logged []string
 	var logMu sync.Mutex
