@@ -10,7 +10,8 @@
 # value size per op, the same number of threads; once to the same target
 # offsets every op as upstream's bench does, once with --target_span of
 # the pool's size, each op to the next offsets, as the pool's values
-# spread over its memory), then plain loopback sockets with no engine
+# spread over its memory; both before and after ours tcp, which their
+# geometric mean is compared with), then plain loopback sockets with no engine
 # (mooncake bench transfer --protocol socket: what the kernel gives the
 # same writes), and prints our figures
 # as ratios of redis's and of the raw engine's. GB/s = ops/s x value size /
@@ -70,43 +71,60 @@ done
 echo "redis-server $(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$port (--save '' --appendonly no); $(nproc) CPUs"
 echo "load average at start: $(loadavg)"
 
-# One round: redis-benchmark SET/GET, then ours with shm, then tcp only;
-# each appends "size who op ops_per_s gbps p50_ms p99_ms" lines to $rows.
+# One round: redis-benchmark SET/GET, ours with shm, then the raw engine,
+# ours tcp only (framed and on the gRPC stream), and the raw engine again;
+# each appends "size who op ops_per_s gbps p50_ms p99_ms cpu_s_per_gb"
+# lines to $rows (cpu: this process's CPU seconds per GB moved, pool and
+# clients or both ends of the raw engine in one process; "-" for redis,
+# a process of its own). Ours tcp runs between two raw runs and its
+# per-round ratios to the raw engine take the geometric mean of both: the
+# speed this shared machine gives drifts (the raw engine's 1 MiB reads
+# ran 3.7-6.8 GB/s within minutes on 2026-12-05), and a baseline
+# measured on both sides cancels a steady drift.
 rows="$rdir/rows"
+store() {  # store SIZE PROTO [extra flags]: ours, put and get
+  local size=$1 proto=$2
+  shift 2
+  "$BIN" bench store --protocol "${proto%grpc}" "$@" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
+for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"], x["cpu_s_per_gb"])' "$size" "$proto" >>"$rows"
+}
+# raw SIZE WHEN: the raw engine twice, upstream's way (every op to the same
+# target offsets, which stay in the CPU cache: "raw") and over a target
+# span the size of our pool (each op to the next offsets, as the pool's
+# puts and gets spread over its memory: "rawspan"), write then read;
+# WHEN (before/after) suffixes who.
+raw() {
+  local size=$1 when=$2 who args
+  for op in write read; do
+    for who in raw rawspan; do
+      args=(--protocol tcp)
+      [ "$who" = rawspan ] && args+=(--target_span "$POOL")
+      "$BIN" bench transfer "${args[@]}" --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); s,op,who=sys.argv[1],sys.argv[2],sys.argv[3]
+print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"], d["cpu_s_per_gb"])' "$size" "$op" "$who$when" >>"$rows"
+    done
+  done
+}
 round() {
   local size=$1 b n csv
   b=$(bytes_of "$size")
   n=$(requests_of "$b")
   csv=$(redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$n" -d "$b" -r "$(keys_of "$b")" -t set,get -q --csv)
-  echo "$csv" | awk -F'"' -v s="$size" -v b="$b" '$2=="SET"||$2=="GET"{printf "%s redis %s %s %.6f %s %s\n", s, $2, $4, $4*b/1e9, $10, $14}' >>"$rows"
+  echo "$csv" | awk -F'"' -v s="$size" -v b="$b" '$2=="SET"||$2=="GET"{printf "%s redis %s %s %.6f %s %s -\n", s, $2, $4, $4*b/1e9, $10, $14}' >>"$rows"
+  store "$size" shm
+  raw "$size" 1
+  store "$size" tcp
+  raw "$size" 2
   # tcpgrpc: tcp only with the master calls on the gRPC Session stream
   # instead of the framed session (--grpc-session), for comparison.
-  for proto in shm tcp tcpgrpc; do
-    extra=()
-    [ "$proto" = tcpgrpc ] && extra=(--grpc-session)
-    "$BIN" bench store --protocol "${proto%grpc}" "${extra[@]}" --value-size "$size" --clients "$CLIENTS" --duration "${DUR}s" --json |
-      python3 -c 'import json,sys; d=json.load(sys.stdin); s,p=sys.argv[1],sys.argv[2]
-for op in ("put","get"): x=d[op]; print(s, p, op, x["ops_per_s"], x["gbps"], x["p50_ms"], x["p99_ms"])' "$size" "$proto" >>"$rows"
-  done
-  # The raw engine twice: upstream's way (every op to the same target
-  # offsets, which stay in the CPU cache) and over a target span the size
-  # of our pool (each op to the next offsets, as the pool's puts and gets
-  # spread over its segments); then, writes only, no engine at all
-  # (socket: one plain loopback TCP connection per client, each write a
-  # value into a target of the pool's span, then an 8-byte ack: what the
-  # kernel's sockets give this pattern here).
-  for op in write read; do
-    for who in raw rawspan socket; do
-      case $who in
-        raw) args=(--protocol tcp) ;;
-        rawspan) args=(--protocol tcp --target_span "$POOL") ;;
-        socket) [ "$op" = write ] || continue; args=(--protocol socket --target_span "$POOL") ;;
-      esac
-      "$BIN" bench transfer "${args[@]}" --operation "$op" --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
-        python3 -c 'import json,sys; d=json.load(sys.stdin); s,op,who=sys.argv[1],sys.argv[2],sys.argv[3]
-print(s, who, op, d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"])' "$size" "$op" "$who" >>"$rows"
-    done
-  done
+  store "$size" tcpgrpc --grpc-session
+  # Writes only, no engine at all (socket: one plain loopback TCP
+  # connection per client, each write a value into a target of the pool's
+  # span, then an 8-byte ack: what the kernel's sockets give this pattern).
+  "$BIN" bench transfer --protocol socket --target_span "$POOL" --operation write --block_size "$size" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); s=sys.argv[1]
+print(s, "socket", "write", d["gbps"]*1e9/d["block_size"], d["gbps"], d["batch_p50_ms"], d["batch_p99_ms"], d["cpu_s_per_gb"])' "$size" >>"$rows"
 }
 
 for size in $SIZES; do
@@ -120,37 +138,45 @@ done
 
 echo "load average after ours and redis: $(loadavg)"
 python3 - "$rows" "$CLIENTS" "$ROUNDS" "$rdir/ours" <<'PY'
-import statistics, sys
+import math, statistics, sys
 rows, clients, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ours = open(sys.argv[4], "w")  # "size put_gbps get_gbps tcp_put_gbps tcp_get_gbps" of ours, medians
 data = {}
 for line in open(rows):
-    size, who, op, ops, gbps, p50, p99 = line.split()
-    data.setdefault((size, who, op), []).append((float(ops), float(gbps), float(p50), float(p99)))
+    size, who, op, ops, gbps, p50, p99, cpu = line.split()
+    data.setdefault((size, who, op), []).append((float(ops), float(gbps), float(p50), float(p99), None if cpu == "-" else float(cpu)))
+# The raw engine ran twice a round, before (1) and after (2) ours tcp:
+# "raw" and "rawspan" are both runs of each round, by their geometric mean.
+for key in list(data):
+    size, who, op = key
+    if who in ("raw1", "rawspan1") and (size, who[:-1] + "2", op) in data:
+        ones, twos = data[key], data[(size, who[:-1] + "2", op)]
+        data[(size, who[:-1], op)] = [tuple(math.sqrt(x * y) for x, y in zip(u, v)) for u, v in zip(ones, twos)]
 med = lambda xs: statistics.median(xs)
 sizes = list(dict.fromkeys(k[0] for k in data))
 for size in sizes:
-    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, ours tcp, raw engine tcp, plain sockets)")
+    print(f"\nvalue {size}, {clients} clients, median of {rounds} rounds (each: redis, ours shm, raw engine, ours tcp, raw engine again, ours tcp on the gRPC stream, plain sockets)")
     def line(label, key, base=None):
         xs = data[key]
         g = med([x[1] for x in xs])
         ratio = f"= {g / med([x[1] for x in data[base]]):5.2f} x {base[2]}" if base else ""
-        print(f"  {label:<25} {med([x[0] for x in xs]):9.1f} ops/s {g:7.3f} GB/s  p50 {med([x[2] for x in xs]):6.3f} ms p99 {med([x[3] for x in xs]):7.3f} ms  {ratio}"
+        cpu = f"{med([x[4] for x in xs]):6.3f} CPU-s/GB" if xs[0][4] is not None else " " * 15
+        print(f"  {label:<28} {med([x[0] for x in xs]):9.1f} ops/s {g:7.3f} GB/s  p50 {med([x[2] for x in xs]):6.3f} ms p99 {med([x[3] for x in xs]):7.3f} ms  {cpu}  {ratio}"
               f"  [GB/s per round: {' '.join('%.2f' % x[1] for x in xs)}]")
     line("redis SET", (size, "redis", "SET"))
     line("redis GET", (size, "redis", "GET"))
     for proto, label in (("shm", "ours, default (shm)"), ("tcp", "ours, tcp only"), ("tcpgrpc", "ours, tcp, gRPC stream")):
         line(f"{label} put", (size, proto, "put"), (size, "redis", "SET"))
         line(f"{label} get", (size, proto, "get"), (size, "redis", "GET"))
-    line("raw engine tcp write", (size, "raw", "write"))
-    line("raw engine tcp read", (size, "raw", "read"))
-    line("raw tcp write, 1 GiB span", (size, "rawspan", "write"))
-    line("raw tcp read, 1 GiB span", (size, "rawspan", "read"))
+    for who, label in (("raw", "raw engine tcp"), ("rawspan", "raw tcp, 1 GiB span")):
+        for op in ("write", "read"):
+            line(f"{label} {op}", (size, who, op))
+            for when, w in (("1", "before"), ("2", "after")):
+                line(f"  ({w} ours tcp)", (size, who + when, op))
     line("plain sockets write, span", (size, "socket", "write"))
     g = lambda k: med([x[1] for x in data[k]])
-    p99 = lambda k: med([x[3] for x in data[k]])
-    # Ratios within each round (the two ran a few seconds apart), then
-    # their median: steadier than a ratio of medians when the load drifts.
+    # Ratios within each round (run seconds apart), then their median:
+    # steadier than a ratio of medians when the load drifts.
     def per_round(a, b, i=1):
         rs = [x[i] / y[i] for x, y in zip(data[a], data[b])]
         return f"{med(rs):.2f} x [{' '.join('%.2f' % r for r in rs)}]"
@@ -159,10 +185,13 @@ for size in sizes:
     print(f"    tcp put / raw write {per_round((size, 'tcp', 'put'), (size, 'raw', 'write'))}, "
           f"tcp get / raw read {per_round((size, 'tcp', 'get'), (size, 'raw', 'read'))}, "
           f"tcp put p99 / SET p99 {per_round((size, 'tcp', 'put'), (size, 'redis', 'SET'), 3)}")
-    print(f"    tcp put / tcp put on the gRPC stream {per_round((size, 'tcp', 'put'), (size, 'tcpgrpc', 'put'))}, "
-          f"get {per_round((size, 'tcp', 'get'), (size, 'tcpgrpc', 'get'))}")
     print(f"    tcp put / raw write over the pool's span {per_round((size, 'tcp', 'put'), (size, 'rawspan', 'write'))}, "
           f"tcp get / raw read over the span {per_round((size, 'tcp', 'get'), (size, 'rawspan', 'read'))}")
+    print(f"    CPU-s per GB, raw / ours tcp (1 = ours costs no more CPU per byte): put vs raw write {per_round((size, 'raw', 'write'), (size, 'tcp', 'put'), 4)}, "
+          f"over the span {per_round((size, 'rawspan', 'write'), (size, 'tcp', 'put'), 4)}; "
+          f"get vs raw read {per_round((size, 'raw', 'read'), (size, 'tcp', 'get'), 4)}, over the span {per_round((size, 'rawspan', 'read'), (size, 'tcp', 'get'), 4)}")
+    print(f"    tcp put / tcp put on the gRPC stream {per_round((size, 'tcp', 'put'), (size, 'tcpgrpc', 'put'))}, "
+          f"get {per_round((size, 'tcp', 'get'), (size, 'tcpgrpc', 'get'))}")
     print(f"    raw write over the span / plain sockets {per_round((size, 'rawspan', 'write'), (size, 'socket', 'write'))}, "
           f"plain sockets / SET {per_round((size, 'socket', 'write'), (size, 'redis', 'SET'))}")
     print(size, g((size, "shm", "put")), g((size, "shm", "get")), g((size, "tcp", "put")), g((size, "tcp", "get")), file=ours)

@@ -218,8 +218,8 @@ func printTransfer(cmd *cobra.Command, res transferbench.Result, jsonOut bool) e
 	if jsonOut {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s %s block %s batch %d threads %d: %.3f GB/s, batch latency p50 %.3f ms p99 %.3f ms (%d batches in %.1f s)\n",
-		res.Protocol, res.Operation, geometry.FormatSize(int64(res.BlockSize)), res.BatchSize, res.Threads, res.GBps, res.BatchP50, res.BatchP99, res.Batches, res.ElapsedS)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s block %s batch %d threads %d: %.3f GB/s, batch latency p50 %.3f ms p99 %.3f ms, %.3f CPU-s/GB (%d batches in %.1f s)\n",
+		res.Protocol, res.Operation, geometry.FormatSize(int64(res.BlockSize)), res.BatchSize, res.Threads, res.GBps, res.BatchP50, res.BatchP99, res.CPUSPerGB, res.Batches, res.ElapsedS)
 	return nil
 }
 

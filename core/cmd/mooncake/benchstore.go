@@ -191,8 +191,8 @@ evicting as a full cache does.`,
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 			}
 			line := func(op string, p storebench.Phase) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s value %s clients %d: %9.1f ops/s %7.3f GB/s  p50 %.3f ms p99 %.3f ms  (%d ops in %.1f s)\n",
-					protocol, op, geometry.FormatSize(vs), res.Concurrency, p.OpsPerSec, p.GBps, p.P50Ms, p.P99Ms, p.Ops, p.ElapsedS)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s value %s clients %d: %9.1f ops/s %7.3f GB/s  p50 %.3f ms p99 %.3f ms  %.3f CPU-s/GB  (%d ops in %.1f s)\n",
+					protocol, op, geometry.FormatSize(vs), res.Concurrency, p.OpsPerSec, p.GBps, p.P50Ms, p.P99Ms, p.CPUSPerGB, p.Ops, p.ElapsedS)
 				for _, name := range []string{"put_start", "write", "put_end", "replica_list", "read", "other"} {
 					if st, ok := p.Stages[name]; ok {
 						fmt.Fprintf(cmd.OutOrStdout(), "  %-12s mean %7.3f ms  p50 %7.3f ms  p99 %7.3f ms\n", name, st.MeanMs, st.P50Ms, st.P99Ms)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mooncake-go/mooncake/core/memory"
 	"github.com/mooncake-go/mooncake/core/store/client"
+	"github.com/mooncake-go/mooncake/core/transfer/transferbench"
 )
 
 // ErrConfig reports an unusable Config or client list.
@@ -88,6 +89,12 @@ type Phase struct {
 	GBps      float64 `json:"gbps"`
 	P50Ms     float64 `json:"p50_ms"`
 	P99Ms     float64 `json:"p99_ms"`
+	// CPUSPerGB is this process's CPU time (user + system, all threads)
+	// in seconds per 1e9 bytes of values moved in the phase: the clients,
+	// and the master and nodes too when the pool runs in this process
+	// (`mooncake bench store` without --master). Comparable with
+	// transferbench.Result.CPUSPerGB. Ours.
+	CPUSPerGB float64 `json:"cpu_s_per_gb"`
 	// Stages, with Config.Stages, is the time per operation of each step
 	// the client took (client.Stage names) and "other" (the rest: client
 	// code between steps, scheduling), keyed by name.
@@ -347,7 +354,7 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 		errMu sync.Mutex
 		first error
 	)
-	start := time.Now()
+	start, cpu0 := time.Now(), transferbench.ProcessCPU()
 	end := start.Add(cfg.Duration)
 	for i, w := range ws {
 		quota := int64(-1) // until end
@@ -394,7 +401,7 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), transferbench.ProcessCPU()-cpu0
 	if first != nil {
 		return Phase{}, first
 	}
@@ -409,6 +416,7 @@ func phase(ctx context.Context, ws []*worker, cfg Config, op func(*worker, conte
 	p.Bytes = p.Ops * int64(cfg.ValueSize)
 	p.OpsPerSec = float64(p.Ops) / elapsed.Seconds()
 	p.GBps = float64(p.Bytes) / elapsed.Seconds() / 1e9
+	p.CPUSPerGB = transferbench.CPUPerGB(cpu, p.Bytes)
 	slices.Sort(lat)
 	p.P50Ms, p.P99Ms = pct(lat, 0.50), pct(lat, 0.99)
 	if ws[0].stages != nil {

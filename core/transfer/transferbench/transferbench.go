@@ -18,6 +18,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/mooncake-go/mooncake/core/memory"
@@ -53,6 +54,30 @@ type Result struct {
 	GBps      float64 `json:"gbps"`
 	BatchP50  float64 `json:"batch_p50_ms"`
 	BatchP99  float64 `json:"batch_p99_ms"`
+	// CPUSPerGB is this process's CPU time (user + system, all threads)
+	// in seconds per 1e9 bytes moved in the measured window: both ends
+	// when they run in this process (loopback), the initiator's only
+	// otherwise. It does not depend on the CPU being free, so it compares
+	// runs on a busy machine better than GB/s does. Ours.
+	CPUSPerGB float64 `json:"cpu_s_per_gb"`
+}
+
+// ProcessCPU is this process's user and system CPU time so far (all
+// threads; getrusage RUSAGE_SELF), 0 where that call fails.
+func ProcessCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// CPUPerGB is cpu seconds per 1e9 of bytes (0 without bytes).
+func CPUPerGB(cpu time.Duration, bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return cpu.Seconds() / (float64(bytes) / 1e9)
 }
 
 // BufferSize is the bytes each side registers for cfg (block x batch x
@@ -123,6 +148,12 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	var wg sync.WaitGroup
 	measureFrom := time.Now().Add(cfg.Warmup)
 	end := measureFrom.Add(cfg.Duration)
+	// The CPU time at the start of the measured window, read when the
+	// warm-up ends (the window's CPU then includes the tails of batches
+	// begun in the warm-up, and not those of its own last batches).
+	cpu0 := make(chan time.Duration, 1)
+	cpuTimer := time.AfterFunc(cfg.Warmup, func() { cpu0 <- ProcessCPU() })
+	defer cpuTimer.Stop()
 	windows := max(cfg.TargetSpan/BufferSize(cfg), 1)
 	for t := range cfg.Threads {
 		wg.Add(1)
@@ -153,6 +184,7 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	}
 	wg.Wait()
 	elapsed := time.Since(measureFrom)
+	cpu1 := ProcessCPU()
 	r := Result{Operation: cfg.Op.String(), BlockSize: cfg.BlockSize, BatchSize: cfg.BatchSize, Threads: cfg.Threads, ElapsedS: elapsed.Seconds()}
 	var lat []time.Duration
 	for _, s := range stats {
@@ -164,6 +196,11 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	}
 	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
 	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
+	select {
+	case c0 := <-cpu0:
+		r.CPUSPerGB = CPUPerGB(cpu1-c0, r.Bytes)
+	default: // the run ended before the warm-up did (cancelled or failed)
+	}
 	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
 	if r.Batches == 0 && ctx.Err() == nil {
 		return r, fmt.Errorf("transferbench: no batch began in the measured %v after the %v warm-up (the run took %.1f s): nothing measured; raise the duration or lower the batch size", cfg.Duration, cfg.Warmup, elapsed.Seconds()+cfg.Warmup.Seconds())
