@@ -64,7 +64,7 @@ func TestRun(t *testing.T) {
 			if res.Put.Ops != 120 || res.Get.Ops != 120 || res.Concurrency != 3 {
 				t.Fatalf("ops put %d get %d concurrency %d, want 120 120 3", res.Put.Ops, res.Get.Ops, res.Concurrency)
 			}
-			if res.Put.Bytes != 120<<16 || res.Put.GBps <= 0 || res.Get.GBps <= 0 || res.Put.P99Ms < res.Put.P50Ms || res.Get.P50Ms <= 0 {
+			if res.Put.Bytes != 120<<16 || res.Put.GBps <= 0 || res.Get.GBps <= 0 || res.Put.P99Ms < res.Put.P50Ms || res.Get.P50Ms <= 0 || res.Put.CPUSPerGB <= 0 || res.Get.CPUSPerGB <= 0 {
 				t.Fatalf("implausible result %+v", res)
 			}
 			// Half the 1 MiB pool over 3 workers of 64 KiB values: up to 2

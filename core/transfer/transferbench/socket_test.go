@@ -56,6 +56,7 @@ func TestSocket(t *testing.T) {
 	assert.Positive(t, r.Batches)
 	assert.Equal(t, r.Batches*2*64<<10, r.Bytes)
 	assert.Positive(t, r.GBps)
+	assert.Positive(t, r.CPUSPerGB, "the measured window's CPU per GB")
 
 	cfg.Op = transfer.Read
 	_, err = Socket(context.Background(), cfg)
@@ -101,4 +102,21 @@ func TestCheckSize(t *testing.T) {
 	}
 	_, err := Socket(context.Background(), Config{Op: transfer.Write, BlockSize: 1 << 44, BatchSize: 1 << 20, Threads: 1, Duration: time.Second})
 	assert.ErrorContains(t, err, "exceeds")
+}
+
+func TestCPUPerGB(t *testing.T) {
+	assert.Zero(t, CPUPerGB(time.Second, 0))
+	assert.InDelta(t, 0.5, CPUPerGB(time.Second, 2e9), 1e-12)
+	assert.InDelta(t, 2.0, CPUPerGB(time.Second, 5e8), 1e-12)
+	// ProcessCPU counts the CPU this process's threads spend: 100 ms of
+	// spinning shows (10 ms at least, even on a busy 2-core machine).
+	c0 := ProcessCPU()
+	require.Positive(t, c0)
+	x := uint64(1)
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+		for range 10000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	assert.GreaterOrEqual(t, ProcessCPU()-c0, 10*time.Millisecond, "x=%d", x)
 }
