@@ -34,6 +34,17 @@ Steps:
     loads, async or sync as ours, with the same idle wait. Ratio = the
     connector's median / this raw median (the like-for-like figure: the
     same engine around both, at the same moments).
+ 6. With --paired (implies --raw-in-engine, whose objects then stay in
+    the pool): the loader runs vLLM's own MultiConnector over
+    rawconn.RawConnector (which loads only requests marked raw_load and
+    saves nothing) and ours, and after each measured hit of ours loads
+    one of the raw instance's prompts through RawConnector in the same
+    way (async or sync as ours), ours first on even prompts and raw first
+    on odd ones, each after the previous one's saves are in the pool.
+    Ratio = the median over the prompts of ours / raw of the same pair:
+    both in the same engine process, seconds apart, so the drift of this
+    shared machine's speed between instances (minutes apart) and the
+    instances' differences drop out of the ratio.
 """
 
 import argparse
@@ -111,9 +122,15 @@ def main():
     ap.add_argument("--raw-target", choices=["kv", "scratch"], default="kv",
                     help="--raw-in-engine's memory: kv (vLLM's KV cache, the request's own blocks, one part per layer tensor, as ours) "
                          "or scratch (contiguous buffers of its own)")
+    ap.add_argument("--paired", action="store_true",
+                    help="the loader also loads the raw instance's objects through rawconn.RawConnector under vLLM's MultiConnector, "
+                         "alternating with ours, and compares each pair (implies --raw-in-engine)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     ap.add_argument("--logs", default=None, help="folder for the processes' logs (default: a temporary one)")
     a = ap.parse_args()
+    a.raw_in_engine = a.raw_in_engine or a.paired
+    if a.paired and a.repeats > 400:
+        ap.error("--paired: at most 400 --repeats (its raw loads' prompts use seeds 3500 + i)")
 
     work = pathlib.Path(a.logs or tempfile.mkdtemp(prefix="mc-bench-vllm-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -148,7 +165,7 @@ def main():
     fresh = [prompt(2000 + i, a.prompt_tokens) for i in range(a.repeats)]
     out = {"model": cfg, "prompt_tokens": a.prompt_tokens, "repeats": a.repeats, "kv_bytes_per_token": kv_per_token,
            "load_async": not a.sync, "save_async": not a.save_sync, "cpu_bind": a.bind, "mc_idle_wait_ms": a.idle_wait_ms, "executor": a.executor,
-           "omp_passive": a.omp_passive, "raw_target": a.raw_target if a.raw_in_engine else None}
+           "omp_passive": a.omp_passive, "raw_target": a.raw_target if a.raw_in_engine else None, "paired": a.paired}
     blocks_per_prompt = a.prompt_tokens // 32
 
     def flush(d):
@@ -214,7 +231,8 @@ def main():
             rex = {"master_server_address": pool.master, "metadata_server": pool.metadata,
                    "objects": blocks_per_prompt, "object_bytes": 32 * kv_per_token, "min_tokens": a.prompt_tokens // 2,
                    "tag": tag, "save_async": not a.save_sync, "load_async": not a.sync,
-                   "idle_wait_ms": 5 if a.idle_wait_ms is None else a.idle_wait_ms, "target": a.raw_target}
+                   "idle_wait_ms": 5 if a.idle_wait_ms is None else a.idle_wait_ms, "target": a.raw_target,
+                   "keep": a.paired}
             renv = {**env, "PYTHONPATH": os.pathsep.join([str(HERE), mcrig.child_env()["PYTHONPATH"]])}
             rawat = start("bench-raw-in-engine", env=renv,
                           ktc={"kv_connector": "RawConnector", "kv_connector_module_path": "rawconn",
@@ -244,7 +262,20 @@ def main():
         # Loader (fresh process): the new prompts first (misses,
         # recomputed; their saves done before any hit), then the saved
         # prompts (hits), so the loads run alone too.
-        loader = start("bench-loader", ktc=ktc, env=env)
+        if a.paired:
+            # ours and RawConnector: MultiConnector gives a request's load
+            # to the first connector that offers tokens; ours offers them
+            # for blocks in the pool under its keys, RawConnector only to
+            # requests marked raw_load, whose prompts are new to both (and,
+            # with min_tokens out of reach, it saves nothing), reading the
+            # raw instance's objects (same tag).
+            sub_raw = {"kv_connector": "RawConnector", "kv_connector_module_path": "rawconn", "kv_role": "kv_both",
+                       "kv_connector_extra_config": {**rex, "min_tokens": 1 << 40, "keep": True}}
+            lktc = {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                    "kv_connector_extra_config": {"connectors": [ktc, sub_raw]}}
+            loader = start("bench-loader", ktc=lktc, env=renv)
+        else:
+            loader = start("bench-loader", ktc=ktc, env=env)
         loader.generate([prompt(998, 256)], max_tokens=1)  # warm-up of saves (a miss)
         # Warm-up of loads (not measured), as the raw instances' first
         # reads: the saver's warm-up prompt is a hit of 8 blocks.
@@ -260,7 +291,32 @@ def main():
         before = counters(mb)
         ext0 = int(mb.get("vllm:external_prefix_cache_hits", 0))  # the warm-up hit's
         last, load_each = before, []
-        for p, f in zip(saved, first):
+
+        def raw_load(i):
+            """--paired: loads raw instance prompt i's objects through the
+            loader's RawConnector (into a new prompt's blocks)."""
+            # prompt() repeats every 3999 seeds: 3500 + i stays clear of
+            # the other prompts' seeds (5000 + i would be 1001 + i, a saved
+            # prompt, whose blocks ours would then load and vLLM cache).
+            loader.generate([prompt(3500 + i, a.prompt_tokens)], max_tokens=1, kv_transfer_params=[{"raw_load": i}])
+            # Ours may save blocks of the raw-loaded prompt that the
+            # forward computed (those RawConnector loaded count as loaded
+            # to vLLM): the pool's keys stop changing before the next
+            # load is measured (two polls 0.5 s apart agree).
+            flush(loader)
+            prev = [None]
+
+            def settled():
+                n = len(bench_keys())
+                same, prev[0] = n == prev[0], n
+                return same
+
+            mcrig.wait_until(settled, 120, f"the pool's keys to settle after raw load {i}", tail=pool.tails, interval=0.5)
+            flush(loader)
+
+        for i, (p, f) in enumerate(zip(saved, first)):
+            if a.paired and i % 2:
+                raw_load(i)
             t = time.perf_counter()
             got = loader.generate([p], max_tokens=1)[0]
             hit.append(time.perf_counter() - t)
@@ -270,7 +326,17 @@ def main():
             now = counters(m)
             load_each.append(gbps(now["loaded_bytes"] - last["loaded_bytes"], now["load_busy_ns"] - last["load_busy_ns"]))
             last = now
+            if a.paired and not i % 2:
+                raw_load(i)
+                last = counters(loader.metrics())
         after = last
+        if a.paired:
+            figs = loader.cmd("connector_figures")["ranks"][0]
+            assert len(figs["get"]) == a.repeats, f"the loader's RawConnector timed {len(figs['get'])} gets for {a.repeats} prompts"
+            pairs = [x / y for x, y in zip(load_each, figs["get"])]
+            out["paired_raw_get_each_gbps"], out["paired_load_ratio_each"] = figs["get"], pairs
+            out["paired_raw_get_gbps"] = statistics.median(figs["get"])
+            out["paired_load_ratio"] = statistics.median(pairs)
         # Raw in the loader's worker process while the engine runs: the
         # same process, the same neighbours on the 2 cores (vLLM's engine
         # core waits for the worker's answer as in a step), the same objects.
@@ -318,7 +384,7 @@ def main():
           f"prompts of {a.prompt_tokens} tokens x {a.repeats}; {'sync' if a.sync else 'async'} loads; {'sync' if a.save_sync else 'async'} saves; executor {a.executor}{', OMP passive' if a.omp_passive else ''}; cores {a.bind}; load average {out['loadavg'][0]:.1f}")
     print(f"TTFT recompute (miss)  median {out['ttft_recompute_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in recompute]}")
     print(f"TTFT pool hit          median {out['ttft_hit_median_s'] * 1e3:8.1f} ms   runs {[round(x * 1e3) for x in hit]}")
-    print(f"TTFT speed-up          {out['ttft_speedup']:.1f} x   (external hit tokens {out['external_hit_tokens']})")
+    print(f"TTFT speed-up          {out['ttft_speedup']:.1f} x   (external hit tokens {out['external_hit_tokens']}{', the paired raw loads included' if a.paired else ''})")
     print(f"load  connector {out['connector_load_gbps']:6.2f} GB/s   raw batch_get_into {out['raw_get_gbps']:6.2f} GB/s   ratio {out['load_ratio']:.2f}"
           f"   (medians; per prompt {[round(x, 2) for x in load_each]}; all bytes / all busy time {out['connector_load_total_gbps']:.2f} = {out['load_total_ratio']:.2f})")
     print(f"save  connector {out['connector_save_gbps']:6.2f} GB/s   raw batch_put_from {out['raw_put_gbps']:6.2f} GB/s   ratio {out['save_ratio']:.2f}"
@@ -330,6 +396,10 @@ def main():
         print(f"raw in the engine (rawconn, where and as ours moves; {a.raw_target}): put {out['raw_in_engine_put_gbps']:6.2f} GB/s (save ratio {out['save_ratio_in_engine']:.2f}),"
               f" get {out['raw_in_engine_get_gbps']:6.2f} GB/s (load ratio {out['load_ratio_in_engine']:.2f});"
               f" per prompt put {[round(x, 2) for x in out['raw_in_engine_put_each_gbps']]}, get {[round(x, 2) for x in out['raw_in_engine_get_each_gbps']]}")
+    if a.paired:
+        print(f"paired in the loader (ours, then raw on even prompts; raw, then ours on odd): load ours / raw per prompt "
+              f"{[round(x, 2) for x in out['paired_load_ratio_each']]}, median {out['paired_load_ratio']:.2f};"
+              f" raw gets {[round(x, 2) for x in out['paired_raw_get_each_gbps']]} GB/s (median {out['paired_raw_get_gbps']:.2f})")
     print(f"raw rounds (median of the round's batches of {blocks_per_prompt} objects): get {[round(x, 2) for x in out['raw_get_rounds_gbps']]}, put {[round(x, 2) for x in out['raw_put_rounds_gbps']]} GB/s")
     print(f"connector: saver {out['saver']}, loader {out['loader_hits']}")
     print(f"logs: {work}")

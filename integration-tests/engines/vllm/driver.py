@@ -98,8 +98,14 @@ def _raw_in_worker(worker, *args):
 def _connector_figures(worker):
     from vllm.distributed.kv_transfer import get_kv_transfer_group
 
-    figs = getattr(get_kv_transfer_group(), "figures", None)
-    return dict(figs) if isinstance(figs, dict) else list(figs or [])
+    group = get_kv_transfer_group()
+    # Under vLLM's MultiConnector (bench.py --paired) the figures are a
+    # sub-connector's: the first that keeps any.
+    for c in [group, *getattr(group, "sub_connectors", [])]:
+        figs = getattr(c, "figures", None)
+        if figs is not None:
+            return dict(figs) if isinstance(figs, dict) else list(figs)
+    return []
 
 
 def _reply_channel():

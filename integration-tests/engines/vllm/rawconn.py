@@ -39,7 +39,11 @@ starts, as the connector's figures are timed inside Go).
     kv_connector="RawConnector", kv_connector_module_path="rawconn",
     kv_connector_extra_config={"master_server_address", "metadata_server",
         "objects", "object_bytes", "min_tokens", "tag", "save_async",
-        "load_async", "idle_wait_ms", "target"}
+        "load_async", "idle_wait_ms", "target", "keep"}
+
+`keep`: the saves' objects stay in the pool at shutdown (bench.py
+--paired loads them again in another instance); by default they are
+removed.
 
 Keys: bench-rawconn/<tag>/<save index>/<object index>. The figures (GB/s
 of each timed put and get: bytes / wall time of the call) are read with
@@ -87,6 +91,7 @@ class RawConnector(KVConnectorBase_V1):
         self._load_async = _flag(ex.get("load_async", False))
         self._idle_wait = float(ex.get("idle_wait_ms", 5)) / 1e3
         self._kv = str(ex.get("target", "scratch")) == "kv"
+        self._keep = _flag(ex.get("keep", False))
         self._block = int(vllm_config.cache_config.block_size)
         # Scheduler side.
         self._claimed = set()  # request ids offered a load (once each)
@@ -322,7 +327,7 @@ class RawConnector(KVConnectorBase_V1):
             deadline = time.monotonic() + 60
             while self._inflight and time.monotonic() < deadline:
                 self._cv.wait(1)
-        for idx in range(self._saves):
+        for idx in range(0 if self._keep else self._saves):
             self._remove(idx, self._n)
         for base, _ in self._spans:
             try:

@@ -148,3 +148,30 @@ def test_layerwise_save_and_load(pool, start, baseline):
     m = loader.metrics()
     assert int(m["vllm:external_prefix_cache_hits"]) == expected_hit_tokens(LAYERWISE_PROMPTS, sync=True)
     assert counters(m)["failed_blocks"] == 0
+
+
+def test_inside_vllm_multiconnector_by_name(pool, start, baseline):
+    """Our connector as a sub-connector of vLLM's own MultiConnector, named
+    without kv_connector_module_path (our vllm.general_plugins entry point
+    registers the name with vLLM's KVConnectorFactory, which MultiConnector
+    also needs to rebuild our stats in the front-end process: without it
+    the first step with our stats failed). A saver saves every full block,
+    a fresh loader gets an external hit for each, both generate the
+    baseline's tokens and our counters reach vLLM's metrics."""
+    sub = {"kv_connector": "MooncakeGoConnector", "kv_role": "kv_both",
+           "kv_connector_extra_config": store_config(pool, cache_prefix="multi")}
+    multi = {"kv_connector": "MultiConnector", "kv_role": "kv_both", "kv_connector_extra_config": {"connectors": [sub]}}
+    saver = start("multi-saver", ktc=multi)
+    assert saver.tokens(PROMPTS) == baseline["store"]
+    c = counters(saver.metrics_until(lambda m: counters(m)["saved_blocks"] >= UNIQUE_BLOCKS or counters(m)["failed_blocks"] > 0,
+                                     f"saved_blocks >= {UNIQUE_BLOCKS}"))
+    assert c["failed_blocks"] == 0 and c["saved_blocks"] >= UNIQUE_BLOCKS, c
+    saver.close()
+    assert len(tenant_keys(pool, "multi")) == UNIQUE_BLOCKS
+    loader = start("multi-loader", ktc=multi, engine={"enable_prefix_caching": False})
+    outs = loader.generate(PROMPTS)
+    assert [o["tokens"] for o in outs] == baseline["store"]
+    m = loader.metrics()
+    c = counters(m)
+    assert int(m["vllm:external_prefix_cache_hits"]) == expected_hit_tokens(PROMPTS), m
+    assert c["loaded_blocks"] * BLOCK >= expected_hit_tokens(PROMPTS) and c["failed_blocks"] == 0, c

@@ -1,0 +1,42 @@
+"""vLLM general plugin of mooncake-go (entry point `mooncake_go` in the
+group `vllm.general_plugins`, declared in pyproject.toml): vLLM calls
+register() at start-up in each of its processes (front end, engine core,
+workers; `VLLM_PLUGINS` may filter plugins by name).
+
+It registers MooncakeGoConnector by name in vLLM's KVConnectorFactory, so
+that
+
+- `{"kv_connector": "MooncakeGoConnector"}` works without
+  `kv_connector_module_path` (which keeps working too), and
+- vLLM's MultiConnector can hold our connector: MultiConnector rebuilds
+  each sub-connector's KVConnectorStats in the front-end process by
+  registered class name (KVConnectorFactory.get_connector_class_by_name),
+  and without the registration the front end fails the first step whose
+  stats are ours ("Connector 'MooncakeGoConnector' is not registered").
+
+The registration is lazy: nothing of mooncake_go.vllm.connector (nor
+libmooncake.so) is imported until vLLM asks for the class. register()
+never raises into vLLM: a vLLM without the factory, or a name taken
+already (another copy of this plugin), is logged at debug level and
+skipped.
+"""
+
+import logging
+
+NAME = "MooncakeGoConnector"
+
+logger = logging.getLogger(__name__)
+
+
+def register() -> None:
+    """Registers NAME -> mooncake_go.vllm.connector.MooncakeGoConnector
+    in vLLM's KVConnectorFactory (once per process; later calls, and a
+    name already registered, do nothing). Returns None; never raises."""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+        if NAME in getattr(KVConnectorFactory, "_registry", {}):
+            return
+        KVConnectorFactory.register_connector(NAME, "mooncake_go.vllm.connector", NAME)
+    except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM's start
+        logger.debug("mooncake_go: %s not registered with vLLM's KVConnectorFactory: %s", NAME, e)
