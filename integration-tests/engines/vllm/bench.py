@@ -139,10 +139,11 @@ def main():
     model = mcrig.tiny_llama(sys.executable, cfg, seed=1)
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
     # Saved and fresh prompts, --raw-in-engine's saves (kept for its
-    # loads), the two warm-ups' 8 blocks each and one raw batch (one
-    # prompt's worth), under the master's eviction watermark
-    # (0.9) with room to spare: an eviction would drop objects raw reads.
-    pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1 + (a.repeats if a.raw_in_engine else 0)) + kv_per_token * 32 * 16) * 5 // 4
+    # loads), --paired's raw-loaded prompts (ours may save their blocks),
+    # the two warm-ups' 8 blocks each and one raw batch (one prompt's
+    # worth), under the master's eviction watermark (0.9) with room to
+    # spare: an eviction would drop objects raw reads.
+    pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1 + (a.repeats if a.raw_in_engine else 0) + (a.repeats if a.paired else 0)) + kv_per_token * 32 * 16) * 5 // 4
     pool = mcrig.Pool(work / "pool", nodes=[("bench", f"{max(pool_bytes >> 20, 256)}MiB")], master_args=["--default_kv_lease_ttl", "5000"])
     engine = dict(ENGINE, max_model_len=a.prompt_tokens + 64, max_num_batched_tokens=a.prompt_tokens + 64,
                   distributed_executor_backend=a.executor)
