@@ -41,6 +41,12 @@ ROUNDS=${ROUNDS:-3}    # rounds alternating redis and ours; medians are printed
 POOL=$((1 << 30))      # bytes of our in-process pool (2 nodes x 512 MiB): redis's keyspace
 LARGE=${LARGE-1GiB}    # one large shm value against memcpy; empty = skip
 
+for size in $SIZES ${LARGE:+$LARGE}; do
+  [[ "$size" =~ ^[1-9][0-9]*(KiB|MiB|GiB)?$ ]] || { echo "bench-store.sh: size \"$size\" (SIZES/LARGE): want a positive number of bytes, optionally with KiB, MiB or GiB (e.g. 1MiB)" >&2; exit 2; }
+done
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "bench-store.sh: ROUNDS=\"$ROUNDS\": want a whole number >= 1" >&2; exit 2; }
+[[ "$CLIENTS" =~ ^[1-9][0-9]*$ ]] || { echo "bench-store.sh: CLIENTS=\"$CLIENTS\": want a whole number >= 1" >&2; exit 2; }
+
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "redis-server/redis-benchmark missing: installing Debian's redis-server" >&2

@@ -148,12 +148,15 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	var wg sync.WaitGroup
 	measureFrom := time.Now().Add(cfg.Warmup)
 	end := measureFrom.Add(cfg.Duration)
-	// The CPU time at the start of the measured window, read when the
-	// warm-up ends (the window's CPU then includes the tails of batches
-	// begun in the warm-up, and not those of its own last batches).
-	cpu0 := make(chan time.Duration, 1)
-	cpuTimer := time.AfterFunc(cfg.Warmup, func() { cpu0 <- ProcessCPU() })
-	defer cpuTimer.Stop()
+	// The CPU time at the start of the measured window, read by the first
+	// batch that begins after the warm-up (the window's CPU then includes
+	// the tails of batches begun in the warm-up, and not those of its own
+	// last batches); unread when no batch began after it.
+	var (
+		cpuOnce sync.Once
+		cpu0    time.Duration
+		cpuRead bool
+	)
 	windows := max(cfg.TargetSpan/BufferSize(cfg), 1)
 	for t := range cfg.Threads {
 		wg.Add(1)
@@ -170,6 +173,9 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 				t0 := time.Now()
 				if t0.After(end) {
 					return
+				}
+				if t0.After(measureFrom) {
+					cpuOnce.Do(func() { cpu0, cpuRead = ProcessCPU(), true })
 				}
 				if err := batch(window); err != nil {
 					st.err = err
@@ -196,10 +202,8 @@ func drive(ctx context.Context, cfg Config, start func(t int) (func(window int) 
 	}
 	r.Bytes = r.Batches * int64(cfg.BatchSize) * int64(cfg.BlockSize)
 	r.GBps = float64(r.Bytes) / elapsed.Seconds() / 1e9
-	select {
-	case c0 := <-cpu0:
-		r.CPUSPerGB = CPUPerGB(cpu1-c0, r.Bytes)
-	default: // the run ended before the warm-up did (cancelled or failed)
+	if cpuRead { // wg.Wait orders the read before this one
+		r.CPUSPerGB = CPUPerGB(cpu1-cpu0, r.Bytes)
 	}
 	r.BatchP50, r.BatchP99 = pct(lat, 0.5), pct(lat, 0.99)
 	if r.Batches == 0 && ctx.Err() == nil {
