@@ -42,8 +42,9 @@ var errNoSession = errors.New("client: no session stream")
 // the stream is instead a plain TCP connection to that listener (mutual
 // TLS with Config.TLS): each call writes its request frame itself and one
 // reader delivers the answers: fewer goroutine hand-offs and less CPU
-// per call than the gRPC stream (BenchmarkMasterCall). Its port comes from the master (store.FramedSessionPortMethod)
-// each time a stream is opened; where that call or the dial fails, the
+// per call than the gRPC stream (BenchmarkMasterCall). Its port comes
+// from the master (store.FramedSessionPortMethod) each time a stream is
+// opened; where that call or the dial fails, the
 // gRPC stream is used and framed sessions are not tried again for
 // framedRetryAfter, doubled after each further failure up to
 // framedRetryMax and reset by a success (a port a firewall drops costs a

@@ -139,8 +139,9 @@ def main():
     model = mcrig.tiny_llama(sys.executable, cfg, seed=1)
     kv_per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * (cfg["hidden_size"] // cfg["num_attention_heads"]) * 2
     # Saved and fresh prompts, --raw-in-engine's saves (kept for its
-    # loads), --paired's raw-loaded prompts (ours may save their blocks),
-    # the two warm-ups' 8 blocks each and one raw batch (one prompt's
+    # loads), as much again with --paired (a first --paired run with no
+    # such room lost a raw instance's objects before the loader read them,
+    # -704, cause not established), the two warm-ups' 8 blocks each and one raw batch (one prompt's
     # worth), under the master's eviction watermark (0.9) with room to
     # spare: an eviction would drop objects raw reads.
     pool_bytes = (kv_per_token * a.prompt_tokens * (2 * a.repeats + 1 + (a.repeats if a.raw_in_engine else 0) + (a.repeats if a.paired else 0)) + kv_per_token * 32 * 16) * 5 // 4
@@ -317,7 +318,7 @@ def main():
 
         for i, (p, f) in enumerate(zip(saved, first)):
             if a.paired and i % 2:
-                raw_load(i)
+                raw_load(i)  # raw first on odd prompts (ours load none of it: its load counters stay)
             t = time.perf_counter()
             got = loader.generate([p], max_tokens=1)[0]
             hit.append(time.perf_counter() - t)
@@ -329,7 +330,6 @@ def main():
             last = now
             if a.paired and not i % 2:
                 raw_load(i)
-                last = counters(loader.metrics())
         after = last
         if a.paired:
             figs = loader.cmd("connector_figures")["ranks"][0]

@@ -39,8 +39,8 @@ def register() -> None:
     try:
         from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 
-        if NAME in getattr(KVConnectorFactory, "_registry", {}):
-            return
+        # Raises ValueError for a name registered already (an earlier
+        # call in this process): nothing to do then.
         KVConnectorFactory.register_connector(NAME, "mooncake_go.vllm.connector", NAME)
     except Exception as e:  # noqa: BLE001 - a plugin must not stop vLLM's start
         logger.debug("mooncake_go: %s not registered with vLLM's KVConnectorFactory: %s", NAME, e)
