@@ -138,6 +138,20 @@ func (m *Master) Precommitted(key string) bool {
 	return o != nil && o.bits&bitPrecommit != 0
 }
 
+// LookupWaits reports whether a replica-list lookup of key may wait
+// rather than answer at once: key is precommitted (the server waits for
+// its PutEnd, SealWait) or its only copy is on a disk tier (GetOrLoad
+// stages it and the server waits for the load, or for DRAM to stage it
+// in). A key that is absent, being written, or held in DRAM answers at
+// once. It reads the table only: no lease, no use, no load.
+func (m *Master) LookupWaits(key string) bool {
+	o := m.objects.get(key)
+	if o == nil {
+		return false
+	}
+	return o.bits&bitPrecommit != 0 || (o.complete && o.nreps() == 0)
+}
+
 // Precommits is how many precommitted writes wait for their PutEnd or
 // PutRevoke.
 func (m *Master) Precommits() int { return m.precommits }

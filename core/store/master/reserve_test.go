@@ -298,6 +298,8 @@ func TestPrecommitEndsWithPutEndOrRevoke(t *testing.T) {
 	require.NoError(t, m.PrecommitReserved("c1", r.ID, "k", 4096, ReplicaConfig{}))
 	assert.True(t, m.Precommitted("k"))
 	assert.False(t, m.Precommitted("other"))
+	assert.True(t, m.LookupWaits("k"), "a lookup of a precommitted key waits for its seal")
+	assert.False(t, m.LookupWaits("other"), "an absent key answers at once")
 	assert.Equal(t, 1, m.Precommits())
 	assert.Equal(t, seq, m.SealSeq(), "no end yet")
 	_, _, err := m.GetReplicaList("k")
@@ -313,6 +315,7 @@ func TestPrecommitEndsWithPutEndOrRevoke(t *testing.T) {
 
 	require.NoError(t, m.PutEnd("c1", "k"))
 	assert.False(t, m.Precommitted("k"))
+	assert.False(t, m.LookupWaits("k"), "sealed and in DRAM")
 	assert.Zero(t, m.Precommits())
 	assert.NotEqual(t, seq, m.SealSeq(), "PutEnd ended it")
 	reps, _, err := m.GetReplicaList("k")

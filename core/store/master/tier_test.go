@@ -152,6 +152,9 @@ func TestOffloadOnEvict(t *testing.T) {
 	if got := replicaTypes(t, m, "k1"); len(got) != 1 || got[0] != ReplicaLocalDisk {
 		t.Fatalf("k1 replicas %v; want one LOCAL_DISK", got)
 	}
+	if !m.LookupWaits("k1") || m.LookupWaits("k3") {
+		t.Fatalf("LookupWaits: disk-only k1 %v (want true: it is staged first), k3 in DRAM %v (want false)", m.LookupWaits("k1"), m.LookupWaits("k3"))
+	}
 	if ok, err := m.ExistKey("k1"); !ok || err != nil {
 		t.Fatalf("ExistKey(disk-only k1) = %v, %v", ok, err)
 	}

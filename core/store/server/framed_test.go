@@ -311,3 +311,48 @@ func TestFramedSessionSurvivesAcceptErrors(t *testing.T) {
 	h.srv.Close()
 	assert.ErrorIs(t, <-done, net.ErrClosed)
 }
+
+// TestFramedSessionLookupBehindItsSeal: on one framed connection, a
+// replica-list call of a precommitted key followed by that key's PutEnd
+// finds the value: the lookup, which waits for the seal, runs apart
+// from the read loop, so the PutEnd behind it is read and run (run in the
+// read loop, the lookup would hold the PutEnd unread until SealWait and
+// answer REPLICA_IS_NOT_READY). Quick calls (a lookup of a sealed key, a
+// missing key) are answered on the same connection too.
+func TestFramedSessionLookupBehindItsSeal(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "node", pbSeg("s1", 1<<30, 1<<20))
+	addr, _ := serveFramedTCP(t, h)
+	h.precommit(t, "writer", "k", 4096)
+	f := dialFramedTest(t, addr, store.FramedSessionMagic)
+	var batch []byte
+	for _, req := range []*pb.SessionRequest{
+		{Id: 1, TimeoutMs: 30000, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "reader", Keys: pb.Keys([]string{"k"})}}},
+		{Id: 2, Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{ClientId: "writer", Keys: pb.Keys([]string{"k"})}}},
+	} {
+		var err error
+		batch, err = store.AppendFrame(batch, req)
+		require.NoError(t, err)
+	}
+	_, err := f.c.Write(batch)
+	require.NoError(t, err)
+	got := map[uint64]*pb.SessionResponse{}
+	for range 2 {
+		r := f.recv(t)
+		got[r.Id] = r
+	}
+	require.Len(t, got[2].GetPutEnd().GetResults(), 1)
+	assert.Zero(t, got[2].GetPutEnd().Results[0].GetCode(), "the seal")
+	require.Len(t, got[1].GetGetReplicaList().GetResults(), 1)
+	res := got[1].GetGetReplicaList().Results[0]
+	require.Zero(t, res.GetStatus().GetCode(), "lookup of the precommitted key after its seal: %s", res.GetStatus().GetMessage())
+	require.Len(t, res.Replicas, 1)
+	assert.Equal(t, uint64(4096), res.Replicas[0].Size)
+
+	f.send(t, &pb.SessionRequest{Id: 3, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "reader", Keys: pb.Keys([]string{"k", "nope"})}}})
+	r := f.recv(t)
+	require.Equal(t, uint64(3), r.Id)
+	require.Len(t, r.GetGetReplicaList().GetResults(), 2)
+	assert.Zero(t, r.GetGetReplicaList().Results[0].GetStatus().GetCode())
+	assert.Equal(t, int32(store.ObjectNotFound), r.GetGetReplicaList().Results[1].GetStatus().GetCode())
+}
