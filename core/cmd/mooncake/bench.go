@@ -86,6 +86,11 @@ func benchTransferCmd() *cobra.Command {
 				}
 				return usageOf("bench transfer", "%s exceeds a quarter of the available memory (%s)", what, geometry.FormatSize(avail))
 			}
+			switch protocol {
+			case "tcp", "shm", "socket":
+			default:
+				return usageOf("bench transfer", "--protocol %q: want tcp, shm or socket", protocol)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if protocol == "socket" {

@@ -107,6 +107,13 @@ evicting as a full cache does.`,
 			if vs < storebench.MinValueSize {
 				return usageOf("bench store", "--value-size %s: want at least %d bytes (each value starts with a %d-byte header)", valueSize, storebench.MinValueSize, storebench.MinValueSize)
 			}
+			if masterAddr == "" && vs > int64(nodes)*seg {
+				return usageOf("bench store", "--value-size %s exceeds the in-process pool (--nodes %d x --segment-size %s)", valueSize, nodes, segSize)
+			}
+			// Each client maps a source and a destination buffer of the value size.
+			if avail := availableMemory(); avail > 0 && 2*int64(clients)*vs > avail/2 {
+				return usageOf("bench store", "--clients %d x 2 buffers of --value-size %s exceed half the available memory (%s)", clients, valueSize, geometry.FormatSize(avail))
+			}
 			if ops > 0 && ops < clients {
 				return usageOf("bench store", "--ops %d with --clients %d: want at least one op per client", ops, clients)
 			}

@@ -85,6 +85,10 @@ func TestBenchStoreBadFlags(t *testing.T) {
 		{[]string{"--warmup", "-1s"}, "--warmup"},
 		{[]string{"--cpuprofile", "/nonexistent-dir/cpu.pprof"}, "--cpuprofile"},
 		{[]string{"--segment-size", "-1"}, "--segment-size"},
+		// Refused before any buffer is mapped: larger than the whole pool,
+		// or buffers beyond the machine's memory.
+		{[]string{"--value-size", "2GiB"}, "--value-size"},
+		{[]string{"--value-size", "1GiB", "--segment-size", "1TiB", "--clients", "100000"}, "--clients"},
 		{[]string{"--master", "no-port"}, "--master"},
 		// A usage error found after --cpuprofile leaves no profile file.
 		{[]string{"--master", "no-port", "--cpuprofile", filepath.Join(dir, "p.pprof")}, "--master"},
@@ -165,6 +169,9 @@ func TestBenchTransferTargetSpan(t *testing.T) {
 	r := mooncake(t, 30*time.Second, "bench", "transfer", "--mode", "loopback", "--target_span", "lots")
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "--target_span")
+	r = mooncake(t, 30*time.Second, "bench", "transfer", "--protocol", "bogus")
+	assert.Equal(t, 2, r.code, "an unknown protocol is a usage error")
+	assert.Contains(t, r.stderr, `--protocol "bogus": want tcp, shm or socket`)
 }
 
 // TestBenchTransferSocket: the plain-socket baseline prints the same JSON
