@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/mooncake
 TEST_TIMEOUT ?= 20m
 
-.PHONY: gpu-check gpu-check-fake all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store clean proxy test-compat test-upstream-store fuzz fuzz-short
+.PHONY: gpu-check gpu-check-fake all build replay replay-curves test test-vllm test-vllm-engine test-rdma vet build-nocgo bench bench-transfer bench-store bench-store-vs-raw clean proxy test-compat test-upstream-store fuzz fuzz-short
 
 all: build
 
@@ -331,6 +331,11 @@ bench-transfer: build
 # and concurrency, same run; installs Debian's redis-server when missing.
 bench-store: build
 	./scripts/bench-store.sh
+
+# Quick interleaved A/B of the pool over tcp against the raw engine over a
+# 1 GiB span (ROUNDS, DUR, SIZE, CLIENTS; BINS: binaries to compare).
+bench-store-vs-raw: build
+	./scripts/bench-store-vs-raw.sh $(BINS)
 
 # mooncake.store (ours, on libmooncake.so + our master) vs upstream's
 # mooncake-transfer-engine-non-cuda wheel (scratch venv under
