@@ -68,6 +68,10 @@ type Server struct {
 	freeAfter    int
 	freeOS       func()
 	durableSeals bool // Options.DurableSeals
+	// inline: a session's calls that cannot wait run in its read loop
+	// (quick); false with Options.Interceptors, which may wait (an HA
+	// leader waits for each change to be replicated).
+	inline bool
 	// sealWaiting, when set (tests), is called each time a reader starts
 	// waiting for precommitted writes (awaitSeals).
 	sealWaiting func()
@@ -166,6 +170,7 @@ func New(m *master.Master, opts Options) *Server {
 	// BDP ping probes. Together about 15% less CPU per call on loopback
 	// (client + master, measured with BatchExistKey).
 	ics := append([]grpc.UnaryServerInterceptor{s.metrics.interceptor}, opts.Interceptors...)
+	s.inline = len(opts.Interceptors) == 0
 	s.unary = chainUnary(ics)
 	gopts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(ics...),
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),

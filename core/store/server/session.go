@@ -123,12 +123,17 @@ const quickLookupKeys = 64
 // reserved put's commit, a PutEnd or a PutRevoke (the master's lock and
 // nothing else), or a replica-list call of at most quickLookupKeys keys
 // none of which may wait (master.LookupWaits: no seal pending, no copy
-// only on disk). A PutStart may wait for space, and a lookup that may wait
-// could wait for a seal that this same stream carries, behind it. A key
+// only on disk), on a server without Options.Interceptors (which may
+// wait: an HA leader's replication of each change). A PutStart may wait
+// for space, and a lookup that may wait could wait for a seal that this
+// same stream carries, behind it. A key
 // that goes to disk between this check and the call makes the call wait
 // for its load (bounded by LoadWait) in the read loop: rare, and only
 // this stream's later calls wait for it.
 func (s *Server) quick(req *pb.SessionRequest) bool {
+	if !s.inline {
+		return false
+	}
 	switch c := req.Call.(type) {
 	case *pb.SessionRequest_PutCommit, *pb.SessionRequest_PutEnd, *pb.SessionRequest_PutRevoke:
 		return true

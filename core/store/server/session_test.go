@@ -1,14 +1,20 @@
 package server
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/mooncake-go/mooncake/core/store"
+	"github.com/mooncake-go/mooncake/core/store/master"
 	pb "github.com/mooncake-go/mooncake/core/store/storepb"
 )
 
@@ -74,4 +80,69 @@ func TestSessionResponseCap(t *testing.T) {
 	assert.Equal(t, int32(codes.ResourceExhausted), got.GrpcCode)
 	assert.Contains(t, got.GrpcMessage, "exceeds the stream's 1000-byte limit")
 	assert.Nil(t, got.Result)
+}
+
+// chanStream is a sessionStream fed and drained by a test.
+type chanStream struct {
+	ctx context.Context
+	in  chan *pb.SessionRequest
+	out chan *pb.SessionResponse
+}
+
+func (c *chanStream) Context() context.Context { return c.ctx }
+
+func (c *chanStream) Recv() (*pb.SessionRequest, error) {
+	req, ok := <-c.in
+	if !ok {
+		return nil, io.EOF
+	}
+	return req, nil
+}
+
+func (c *chanStream) Send(resp *pb.SessionResponse) error {
+	c.out <- resp
+	return nil
+}
+
+// TestSessionCallsBehindAWaitingInterceptor: on a server with
+// interceptors (an HA leader waits in one for each change to be
+// replicated) a session's quick calls still run apart from its read loop:
+// a PutEnd held in the interceptor does not hold the lookup sent after it.
+// Without interceptors the same PutEnd is answered in the read loop.
+func TestSessionCallsBehindAWaitingInterceptor(t *testing.T) {
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	hold := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == pb.Master_BatchPutEnd_FullMethodName {
+			held <- struct{}{}
+			<-release
+		}
+		return h(ctx, req)
+	}
+	m, err := master.New(master.Config{ClientTTL: time.Hour})
+	require.NoError(t, err)
+	srv := New(m, Options{TickInterval: time.Hour, Interceptors: []grpc.UnaryServerInterceptor{hold}})
+	defer srv.Close()
+	require.False(t, srv.quick(&pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}}), "interceptors: nothing runs in the read loop")
+	st := &chanStream{ctx: context.Background(), in: make(chan *pb.SessionRequest, 2), out: make(chan *pb.SessionResponse, 2)}
+	done := make(chan struct{})
+	go func() { srv.serveSession(st); close(done) }()
+	st.in <- &pb.SessionRequest{Id: 1, Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{ClientId: "c", Keys: pb.Keys([]string{"k"})}}}
+	<-held
+	st.in <- &pb.SessionRequest{Id: 2, Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "c", Keys: pb.Keys([]string{"k"})}}}
+	select {
+	case r := <-st.out:
+		require.Equal(t, uint64(2), r.Id, "the lookup is answered while the PutEnd is held")
+		assert.Equal(t, int32(store.ObjectNotFound), r.GetGetReplicaList().GetResults()[0].GetStatus().GetCode())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lookup waited behind the held PutEnd")
+	}
+	close(release)
+	r := <-st.out
+	assert.Equal(t, uint64(1), r.Id)
+	close(st.in)
+	<-done
+
+	plain := New(m, Options{TickInterval: time.Hour})
+	defer plain.Close()
+	assert.True(t, plain.quick(&pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}}), "no interceptors: a PutEnd runs in the read loop")
 }
