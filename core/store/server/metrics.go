@@ -147,12 +147,18 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *metrics) interceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
 	start := time.Now()
 	resp, err := h(ctx, req)
+	m.observe(info.FullMethod, start)
+	return resp, err
+}
+
+// observe counts one call of fullMethod (a gRPC full method name, e.g.
+// storepb.Master_BatchGetReplicaList_FullMethodName) that started at start.
+func (m *metrics) observe(fullMethod string, start time.Time) {
+	method := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
 	m.requests.WithLabelValues(method).Inc()
 	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
-	return resp, err
 }
 
 func (m *metrics) lookups(rs []*pb.GetReplicaListResult) {

@@ -84,11 +84,11 @@ func (s *Server) serveSession(st sessionStream) {
 		if err != nil {
 			return // io.EOF: the client is done; anything else ended the stream
 		}
-		if s.quick(req) {
+		if resp, ok := s.quickCall(ctx, req); ok {
 			// Answered here, without a goroutine of its own: the call
-			// cannot wait, so the requests behind it wait no longer than
-			// the master's lock would make them.
-			resp := capResponse(s.sessionCall(ctx, req), maxSessionResponseBytes)
+			// did not wait, so the requests behind it wait no longer
+			// than the master's lock made them.
+			resp = capResponse(resp, maxSessionResponseBytes)
 			sendMu.Lock()
 			_ = st.Send(resp)
 			sendMu.Unlock()
@@ -112,46 +112,72 @@ func (s *Server) serveSession(st sessionStream) {
 }
 
 // quickLookupKeys is the most keys of a replica-list call that serveSession
-// checks for answering it in its read loop (quick); larger calls run in a
+// tries to answer in its read loop (quickCall); larger calls run in a
 // goroutine of their own.
 const quickLookupKeys = 64
 
-// quick reports whether req's call answers without waiting, so that
-// serveSession runs it in its read loop instead of a goroutine of its own
-// (starting, growing and leaving a goroutine was 5-16% of a small call's
-// CPU, client and master together, in alternating BenchmarkMasterCall
-// runs): a reserved put's commit, a PutEnd or a PutRevoke (the master's
-// lock and nothing else), or a replica-list call of at most
-// quickLookupKeys keys none of which may wait (master.LookupWaits: no
-// seal pending, no copy only on disk), on a server without
-// Options.Interceptors (which may wait: an HA leader waits for each
-// change to be replicated). A PutStart may wait for space, and a lookup
+// quickCall answers req in serveSession's read loop when its call cannot
+// wait, instead of in a goroutine of its own (starting, growing and
+// leaving a goroutine was 5-16% of a small call's CPU, client and master
+// together, in alternating BenchmarkMasterCall runs), and reports whether
+// it did; on false nothing was done and req runs as any other call. Only
+// on a server without Options.Interceptors (which may wait: an HA leader
+// waits for each change to be replicated). It answers a reserved put's
+// commit, a PutEnd and a PutRevoke (the master's lock and nothing else),
+// and a replica-list call of at most quickLookupKeys keys when none of
+// them may wait (quickLookup). A PutStart may wait for space, and a lookup
 // that may wait could wait for a seal that this same stream carries,
-// behind it. A key that goes to disk between this check and the call
-// makes the call wait for its load (bounded by LoadWait) in the read
-// loop: rare, and only this stream's later calls wait for it.
-func (s *Server) quick(req *pb.SessionRequest) bool {
+// behind it.
+func (s *Server) quickCall(ctx context.Context, req *pb.SessionRequest) (*pb.SessionResponse, bool) {
 	if !s.inline {
-		return false
+		return nil, false
 	}
 	switch c := req.Call.(type) {
 	case *pb.SessionRequest_PutCommit, *pb.SessionRequest_PutEnd, *pb.SessionRequest_PutRevoke:
-		return true
+		return s.sessionCall(ctx, req), true
 	case *pb.SessionRequest_GetReplicaList:
-		keys := c.GetReplicaList.GetKeys()
-		if len(keys) > quickLookupKeys {
-			return false
+		out, ok := s.quickLookup(c.GetReplicaList)
+		if !ok {
+			return nil, false
 		}
-		s.mu.Lock()
-		defer s.mu.Unlock() // read only: no need for unlock's wake-ups
-		for _, k := range keys {
-			if s.mu.m.LookupWaits(string(k)) {
-				return false
-			}
-		}
-		return true
+		return &pb.SessionResponse{Id: req.Id, Result: &pb.SessionResponse_GetReplicaList{GetReplicaList: out}}, true
 	}
-	return false
+	return nil, false
+}
+
+// quickLookup is BatchGetReplicaList of req's keys when it answers without
+// waiting: at most quickLookupKeys keys, none of them precommitted or with
+// its only copy on disk (master.LookupWaits), checked and looked up under
+// one hold of the master's lock, so that no precommit or offload can come
+// between the check and the lookup (one that did would make the lookup
+// wait, in the read loop, for a seal up to SealWait or a load up to
+// LoadWait). ok false: a key may wait or there are too many keys, and
+// nothing was done (no lease granted, no load queued). Counted in the
+// metrics as the unary call is.
+func (s *Server) quickLookup(req *pb.KeysRequest) (out *pb.BatchGetReplicaListResponse, ok bool) {
+	if len(req.Keys) > quickLookupKeys {
+		return nil, false
+	}
+	start := time.Now()
+	s.mu.Lock()
+	for _, k := range req.Keys {
+		if s.mu.m.LookupWaits(string(k)) {
+			s.mu.Unlock() // nothing changed: no need for unlock's wake-ups
+			return nil, false
+		}
+	}
+	out = &pb.BatchGetReplicaListResponse{Results: make([]*pb.GetReplicaListResult, len(req.Keys))}
+	for i, k := range req.Keys {
+		rs, ttl, loading, err := s.mu.m.GetOrLoad(string(k))
+		if loading { // not reached: LookupWaits said no key is only on disk
+			err = store.Errorf(store.ReplicaIsNotReady, "key %q is being loaded from disk", k)
+		}
+		out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+	}
+	s.unlock() // leases granted
+	s.metrics.lookups(out.Results)
+	s.metrics.observe(pb.Master_BatchGetReplicaList_FullMethodName, start)
+	return out, true
 }
 
 // sessionCall runs one session request and returns its answer.

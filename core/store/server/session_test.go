@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,7 +126,8 @@ func TestSessionCallsBehindAWaitingInterceptor(t *testing.T) {
 	require.NoError(t, err)
 	srv := New(m, Options{TickInterval: time.Hour, Interceptors: []grpc.UnaryServerInterceptor{hold}})
 	defer srv.Close()
-	require.False(t, srv.quick(&pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}}), "interceptors: nothing runs in the read loop")
+	_, quick := srv.quickCall(context.Background(), &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}})
+	require.False(t, quick, "interceptors: nothing runs in the read loop")
 	st := &chanStream{ctx: context.Background(), in: make(chan *pb.SessionRequest, 2), out: make(chan *pb.SessionResponse, 2)}
 	done := make(chan struct{})
 	go func() { srv.serveSession(st); close(done) }()
@@ -144,5 +149,91 @@ func TestSessionCallsBehindAWaitingInterceptor(t *testing.T) {
 
 	plain := New(m, Options{TickInterval: time.Hour})
 	defer plain.Close()
-	assert.True(t, plain.quick(&pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}}), "no interceptors: a PutEnd runs in the read loop")
+	_, quick = plain.quickCall(context.Background(), &pb.SessionRequest{Call: &pb.SessionRequest_PutEnd{PutEnd: &pb.KeysRequest{}}})
+	assert.True(t, quick, "no interceptors: a PutEnd runs in the read loop")
+}
+
+// TestQuickLookupNeverWaits: quickLookup answers lookups of keys in DRAM
+// or absent, and declines, doing nothing, a lookup with a precommitted key
+// or more than quickLookupKeys keys, without ever waiting for a seal.
+func TestQuickLookupNeverWaits(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "node", pbSeg("s1", 1<<30, 1<<20))
+	h.srv.sealWaiting = func() { t.Error("quickLookup waited for a seal") }
+	h.precommit(t, "writer", "other", 4096)
+	_, err := h.srv.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: pb.Keys([]string{"other"})})
+	require.NoError(t, err)
+	h.precommit(t, "writer", "k", 4096)
+
+	out, ok := h.srv.quickLookup(&pb.KeysRequest{ClientId: "reader", Keys: pb.Keys([]string{"other", "absent"})})
+	require.True(t, ok, "a key in DRAM and an absent key answer at once")
+	require.Len(t, out.Results, 2)
+	assert.Equal(t, int32(store.OK), out.Results[0].Status.GetCode(), out.Results[0].Status.GetMessage())
+	assert.Equal(t, int32(store.ObjectNotFound), out.Results[1].Status.GetCode())
+	require.Len(t, out.Results[0].Replicas, 1)
+	assert.Positive(t, out.Results[0].LeaseTtlMs, "the key found gets a lease")
+
+	_, ok = h.srv.quickLookup(&pb.KeysRequest{ClientId: "reader", Keys: pb.Keys([]string{"other", "k"})})
+	assert.False(t, ok, "a precommitted key may wait for its seal: not quick")
+	many := make([]string, quickLookupKeys+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("absent-%d", i)
+	}
+	_, ok = h.srv.quickLookup(&pb.KeysRequest{ClientId: "reader", Keys: pb.Keys(many)})
+	assert.False(t, ok, "more than quickLookupKeys keys: not quick")
+	_, ok = h.srv.quickCall(ctx(t), &pb.SessionRequest{Call: &pb.SessionRequest_PutStart{PutStart: &pb.BatchPutStartRequest{}}})
+	assert.False(t, ok, "a PutStart may wait for space: not quick")
+}
+
+// TestQuickLookupRacingPrecommits: lookups of a key that another stream
+// precommits, seals and removes over and over never wait for its seal in
+// the session's read loop (they did when the check that a key may wait and
+// the lookup took the lock apart: a precommit landing between them held
+// the stream's later calls for up to SealWait).
+func TestQuickLookupRacingPrecommits(t *testing.T) {
+	h := newHarness(t)
+	h.mount(t, "node", pbSeg("s1", 1<<30, 1<<20))
+	var inLoop, waits atomic.Int64
+	h.srv.sealWaiting = func() {
+		waits.Add(1)
+		buf := make([]byte, 64<<10)
+		stack := string(buf[:runtime.Stack(buf, false)])
+		if strings.Contains(stack, "(*Server).serveSession(") && !strings.Contains(stack, "serveSession.func") {
+			inLoop.Add(1)
+		}
+	}
+	st := &chanStream{ctx: context.Background(), in: make(chan *pb.SessionRequest), out: make(chan *pb.SessionResponse, 1)}
+	done := make(chan struct{})
+	go func() { h.srv.serveSession(st); close(done) }()
+
+	stop := make(chan struct{})
+	readerDone := make(chan int)
+	go func() { // one lookup at a time, as fast as they are answered
+		n := 0
+		for ; ; n++ {
+			select {
+			case <-stop:
+				readerDone <- n
+				return
+			case st.in <- &pb.SessionRequest{Id: uint64(n), Call: &pb.SessionRequest_GetReplicaList{GetReplicaList: &pb.KeysRequest{ClientId: "reader", Keys: pb.Keys([]string{"k"})}}}:
+			}
+			<-st.out
+		}
+	}()
+	const rounds = 3000
+	for i := 0; i < rounds && inLoop.Load() == 0; i++ {
+		h.precommit(t, "writer", "k", 4096)
+		runtime.Gosched() // let the reader look the key up while it is precommitted
+		_, err := h.srv.BatchPutEnd(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: pb.Keys([]string{"k"})})
+		require.NoError(t, err)
+		_, err = h.srv.BatchRemove(ctx(t), &pb.KeysRequest{ClientId: "writer", Keys: pb.Keys([]string{"k"}), Force: true})
+		require.NoError(t, err)
+	}
+	close(stop)
+	lookups := <-readerDone
+	close(st.in)
+	<-done
+	t.Logf("%d lookups, %d seal waits, %d of them in the read loop", lookups, waits.Load(), inLoop.Load())
+	assert.Zero(t, inLoop.Load(), "a lookup waited for a seal in the session's read loop")
+	assert.Positive(t, lookups)
 }
