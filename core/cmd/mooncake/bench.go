@@ -78,6 +78,9 @@ func benchTransferCmd() *cobra.Command {
 				return usageOf("bench transfer", "%v", err)
 			}
 			size := transferbench.BufferSize(cfg)
+			if cfg.TargetSpan > 0 && cfg.TargetSpan < size {
+				return usageOf("bench transfer", "--target_span %s is smaller than block_size x batch_size x threads (%s): want at least that, or 0 for the same offsets every batch", span, geometry.FormatSize(int64(size)))
+			}
 			targetSize := max(size, cfg.TargetSpan)
 			if avail := availableMemory(); avail > 0 && int64(targetSize) > avail/4 {
 				what := fmt.Sprintf("block_size x batch_size x threads = %s per engine", geometry.FormatSize(int64(size)))
@@ -90,6 +93,11 @@ func benchTransferCmd() *cobra.Command {
 			case "tcp", "shm", "socket":
 			default:
 				return usageOf("bench transfer", "--protocol %q: want tcp, shm or socket", protocol)
+			}
+			switch mode {
+			case "initiator", "target", "loopback":
+			default:
+				return usageOf("bench transfer", "--mode %q: want initiator, target or loopback", mode)
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -107,11 +107,26 @@ evicting as a full cache does.`,
 			if vs < storebench.MinValueSize {
 				return usageOf("bench store", "--value-size %s: want at least %d bytes (each value starts with a %d-byte header)", valueSize, storebench.MinValueSize, storebench.MinValueSize)
 			}
-			if masterAddr == "" && vs > int64(nodes)*seg {
-				return usageOf("bench store", "--value-size %s exceeds the in-process pool (--nodes %d x --segment-size %s)", valueSize, nodes, segSize)
+			if masterAddr == "" {
+				// A value lies in one segment, and each client's put in
+				// flight holds room for one value (a put does not wait
+				// for another's space).
+				perSeg := seg / vs
+				if perSeg == 0 {
+					return usageOf("bench store", "--value-size %s exceeds one storage node's segment (--segment-size %s): a value lies in one segment", valueSize, segSize)
+				}
+				need := int64(clients / nodes) // values per segment that the clients' puts in flight need
+				if clients%nodes != 0 {
+					need++
+				}
+				if perSeg < need {
+					return usageOf("bench store", "--clients %d with --value-size %s: the in-process pool holds %d values of that size at once (--nodes %d x --segment-size %s), fewer than the puts in flight", clients, valueSize, perSeg*int64(nodes), nodes, segSize)
+				}
 			}
-			// Each client maps a source and a destination buffer of the value size.
-			if avail := availableMemory(); avail > 0 && 2*int64(clients)*vs > avail/2 {
+			// Each client maps a source and a destination buffer of the value
+			// size: refused beyond half the available memory (by division,
+			// so that no product overflows).
+			if avail := availableMemory(); avail > 0 && int64(clients) > avail/2/(2*vs) {
 				return usageOf("bench store", "--clients %d x 2 buffers of --value-size %s exceed half the available memory (%s)", clients, valueSize, geometry.FormatSize(avail))
 			}
 			if ops > 0 && ops < clients {

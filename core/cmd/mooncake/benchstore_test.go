@@ -88,7 +88,12 @@ func TestBenchStoreBadFlags(t *testing.T) {
 		// Refused before any buffer is mapped: larger than the whole pool,
 		// or buffers beyond the machine's memory.
 		{[]string{"--value-size", "2GiB"}, "--value-size"},
+		{[]string{"--value-size", "768MiB"}, "--value-size"}, // fits the pool of 2 x 512MiB, not one segment
+		{[]string{"--value-size", "300MiB"}, "--clients"},    // 2 such values at once, 4 puts in flight
 		{[]string{"--value-size", "1GiB", "--segment-size", "1TiB", "--clients", "100000"}, "--clients"},
+		{[]string{"--value-size", "1MiB", "--clients", "4611686018427387904"}, "--clients"}, // clients x value overflows int64
+		{[]string{"--value-size", "4KiB", "--clients", "2305843009213693952"}, "--clients"},
+		{[]string{"--master", "127.0.0.1:1", "--value-size", "1MiB", "--clients", "4611686018427387904"}, "--clients"}, // memory check, no pool check
 		{[]string{"--master", "no-port"}, "--master"},
 		// A usage error found after --cpuprofile leaves no profile file.
 		{[]string{"--master", "no-port", "--cpuprofile", filepath.Join(dir, "p.pprof")}, "--master"},
@@ -152,7 +157,8 @@ func TestBenchStoreAgainstNode(t *testing.T) {
 // TestBenchTransferTargetSpan: --target_span moves the batches over a
 // larger target, wrapping where a whole window no longer fits (a span
 // that is not a multiple of the window included), for writes and reads;
-// a span that is no size is a usage error.
+// a span that is no size or smaller than the buffer, an unknown protocol
+// and an unknown mode are usage errors.
 func TestBenchTransferTargetSpan(t *testing.T) {
 	for _, tc := range []struct{ op, span string }{{"write", "1MiB"}, {"write", "1000KiB"}, {"read", "1000KiB"}} {
 		r := mooncake(t, 60*time.Second, "bench", "transfer", "--mode", "loopback", "--protocol", "tcp", "--operation", tc.op,
@@ -172,6 +178,13 @@ func TestBenchTransferTargetSpan(t *testing.T) {
 	r = mooncake(t, 30*time.Second, "bench", "transfer", "--protocol", "bogus")
 	assert.Equal(t, 2, r.code, "an unknown protocol is a usage error")
 	assert.Contains(t, r.stderr, `--protocol "bogus": want tcp, shm or socket`)
+	r = mooncake(t, 30*time.Second, "bench", "transfer", "--mode", "bogus")
+	assert.Equal(t, 2, r.code, "an unknown mode is a usage error")
+	assert.Contains(t, r.stderr, `--mode "bogus": want initiator, target or loopback`)
+	// A span smaller than the buffer the batches fill would be ignored.
+	r = mooncake(t, 30*time.Second, "bench", "transfer", "--block_size", "64KiB", "--batch_size", "2", "--threads", "2", "--target_span", "1KiB")
+	assert.Equal(t, 2, r.code, "a span smaller than the buffer is a usage error")
+	assert.Contains(t, r.stderr, "--target_span 1KiB is smaller than block_size x batch_size x threads (256.0 KiB)")
 }
 
 // TestBenchTransferSocket: the plain-socket baseline prints the same JSON
