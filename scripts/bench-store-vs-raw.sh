@@ -5,18 +5,26 @@
 # each op to the next offsets, as the pool's values spread over its 1 GiB)
 # and then `mooncake bench store --protocol tcp` once with each binary
 # given, all with the same value size and 4 clients/threads. It prints,
-# per binary, the medians of ours' GB/s and CPU-s per GB and the median of
+# per binary (numbered in the order given; relative paths are the
+# caller's), the medians of ours' GB/s and CPU-s per GB and the median of
 # the per-round ratios ours put / raw write and ours get / raw read (the
 # raw runs of the same round, seconds apart, on the first binary).
 #
 #   scripts/bench-store-vs-raw.sh [BIN ...]   (default: bin/mooncake)
 #   ROUNDS=5 DUR=1 SIZE=1MiB CLIENTS=4
 #
+# A benchmark that fails ends the script (exit 1) with its command and error.
+#
 # Use it to compare two builds of the pool (say the binary before and
 # after a change) against one baseline on this shared machine, whose speed
 # drifts by a third between minutes: the ratios within a round cancel
 # that; the full comparison with redis and upstream is make bench-store.
 set -euo pipefail
+# Binaries given as relative paths are the caller's, not the repository's.
+bins=()
+for b in "$@"; do
+  bins+=("$(realpath -s -m -- "$b")")
+done
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 DUR=${DUR:-1}
@@ -26,24 +34,47 @@ CLIENTS=${CLIENTS:-4}
 [[ "$CLIENTS" =~ ^[1-9][0-9]*$ ]] || { echo "bench-store-vs-raw.sh: CLIENTS=\"$CLIENTS\": want a whole number >= 1" >&2; exit 2; }
 [[ "$DUR" =~ ^[1-9][0-9]*$ ]] || { echo "bench-store-vs-raw.sh: DUR=\"$DUR\": want whole seconds >= 1" >&2; exit 2; }
 [[ "$SIZE" =~ ^[1-9][0-9]*(KiB|MiB)$ ]] || { echo "bench-store-vs-raw.sh: SIZE=\"$SIZE\": want a size such as 1MiB" >&2; exit 2; }
-if [ $# -eq 0 ]; then
+if [ ${#bins[@]} -eq 0 ]; then
   [ -x bin/mooncake ] || go build -o bin/mooncake ./core/cmd/mooncake
-  set -- bin/mooncake
+  bins=("$PWD/bin/mooncake")
 fi
-for b in "$@"; do
-  [ -x "$b" ] || { echo "bench-store-vs-raw.sh: $b: not an executable" >&2; exit 2; }
+for b in "${bins[@]}"; do
+  [ -f "$b" ] && [ -x "$b" ] || { echo "bench-store-vs-raw.sh: $b: not an executable file" >&2; exit 2; }
 done
 rows=$(mktemp)
-trap 'rm -f "$rows"' EXIT
-gbps() { python3 -c 'import json,sys; print(json.load(sys.stdin)["gbps"])'; }
+out=$(mktemp)
+errf=$(mktemp)
+trap 'rm -f "$rows" "$out" "$errf"' EXIT
+# run CMD...: runs a benchmark with --json into $out; a failure (or output
+# that is not mooncake's JSON) ends the script naming the command, with its
+# own error.
+run() {
+  if ! "$@" >"$out" 2>"$errf"; then
+    echo "bench-store-vs-raw.sh: failed: $*" >&2
+    tail -n 5 "$errf" >&2
+    exit 1
+  fi
+}
+# field KEY...: the number at that path of $out's JSON.
+field() {
+  python3 - "$out" "$@" 2>/dev/null <<'PY' || { echo "bench-store-vs-raw.sh: not the JSON of mooncake bench: $(head -c 200 "$out")" >&2; exit 1; }
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]:
+    d = d[k]
+print(float(d))
+PY
+}
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $ROUNDS rounds, value $SIZE, $CLIENTS clients, ${DUR}s per phase"
 for _ in $(seq "$ROUNDS"); do
-  w=$("$1" bench transfer --protocol tcp --target_span 1GiB --operation write --block_size "$SIZE" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json | gbps)
-  r=$("$1" bench transfer --protocol tcp --target_span 1GiB --operation read --block_size "$SIZE" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json | gbps)
-  for b in "$@"; do
-    s=$("$b" bench store --protocol tcp --value-size "$SIZE" --clients "$CLIENTS" --duration "${DUR}s" --json |
-      python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["put"]["gbps"], d["put"]["cpu_s_per_gb"], d["get"]["gbps"], d["get"]["cpu_s_per_gb"])')
-    echo "$b $w $r $s" >>"$rows"
+  run "${bins[0]}" bench transfer --protocol tcp --target_span 1GiB --operation write --block_size "$SIZE" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json
+  w=$(field gbps)
+  run "${bins[0]}" bench transfer --protocol tcp --target_span 1GiB --operation read --block_size "$SIZE" --batch_size 1 --threads "$CLIENTS" --duration "${DUR}s" --json
+  r=$(field gbps)
+  for i in "${!bins[@]}"; do
+    run "${bins[$i]}" bench store --protocol tcp --value-size "$SIZE" --clients "$CLIENTS" --duration "${DUR}s" --json
+    pg=$(field put gbps); pc=$(field put cpu_s_per_gb); gg=$(field get gbps); gc=$(field get cpu_s_per_gb)
+    echo "$i ${bins[$i]} $w $r $pg $pc $gg $gc" >>"$rows"
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -51,9 +82,10 @@ python3 - "$rows" <<'PY'
 import statistics as st, sys
 by = {}
 for line in open(sys.argv[1]):
-    b, *v = line.split()
-    by.setdefault(b, []).append([float(x) for x in v])
-for b, rs in by.items():
+    i, b, *v = line.split()
+    by.setdefault((int(i), b), []).append([float(x) for x in v])
+for (i, b), rs in sorted(by.items()):
+    b = f"#{i + 1} {b}"
     med = lambda i: st.median(r[i] for r in rs)
     put = [r[2] / r[0] for r in rs]
     get = [r[4] / r[1] for r in rs]
