@@ -23,6 +23,7 @@ set -euo pipefail
 # Binaries given as relative paths are the caller's, not the repository's.
 bins=()
 for b in "$@"; do
+  [ -n "$b" ] || { echo "bench-store-vs-raw.sh: an empty binary path" >&2; exit 2; }
   bins+=("$(realpath -s -m -- "$b")")
 done
 cd "$(dirname "$0")/.."
@@ -49,6 +50,7 @@ trap 'rm -f "$rows" "$out" "$errf"' EXIT
 # that is not mooncake's JSON) ends the script naming the command, with its
 # own error.
 run() {
+  last="$*"
   if ! "$@" >"$out" 2>"$errf"; then
     echo "bench-store-vs-raw.sh: failed: $*" >&2
     tail -n 5 "$errf" >&2
@@ -57,7 +59,7 @@ run() {
 }
 # field KEY...: the number at that path of $out's JSON.
 field() {
-  python3 - "$out" "$@" 2>/dev/null <<'PY' || { echo "bench-store-vs-raw.sh: not the JSON of mooncake bench: $(head -c 200 "$out")" >&2; exit 1; }
+  python3 - "$out" "$@" 2>/dev/null <<'PY' || { echo "bench-store-vs-raw.sh: not the JSON of mooncake bench: $(head -c 200 "$out")" >&2; echo "  from: $last" >&2; exit 1; }
 import json, sys
 d = json.load(open(sys.argv[1]))
 for k in sys.argv[2:]:
@@ -74,7 +76,7 @@ for _ in $(seq "$ROUNDS"); do
   for i in "${!bins[@]}"; do
     run "${bins[$i]}" bench store --protocol tcp --value-size "$SIZE" --clients "$CLIENTS" --duration "${DUR}s" --json
     pg=$(field put gbps); pc=$(field put cpu_s_per_gb); gg=$(field get gbps); gc=$(field get cpu_s_per_gb)
-    echo "$i ${bins[$i]} $w $r $pg $pc $gg $gc" >>"$rows"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$i" "${bins[$i]}" "$w" "$r" "$pg" "$pc" "$gg" "$gc" >>"$rows"
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -82,7 +84,7 @@ python3 - "$rows" <<'PY'
 import statistics as st, sys
 by = {}
 for line in open(sys.argv[1]):
-    i, b, *v = line.split()
+    i, b, *v = line.rstrip("\n").split("\t")  # tabs: a path may hold spaces
     by.setdefault((int(i), b), []).append([float(x) for x in v])
 for (i, b), rs in sorted(by.items()):
     b = f"#{i + 1} {b}"

@@ -79,7 +79,7 @@ func benchTransferCmd() *cobra.Command {
 			}
 			size := transferbench.BufferSize(cfg)
 			if cfg.TargetSpan > 0 && cfg.TargetSpan < size {
-				return usageOf("bench transfer", "--target_span %s is smaller than block_size x batch_size x threads (%s): want at least that, or 0 for the same offsets every batch", span, geometry.FormatSize(int64(size)))
+				return usageOf("bench transfer", "--target_span %s is smaller than block_size x batch_size x threads (%d bytes): want at least that, or 0 for the same offsets every batch", span, size)
 			}
 			targetSize := max(size, cfg.TargetSpan)
 			if avail := availableMemory(); avail > 0 && int64(targetSize) > avail/4 {

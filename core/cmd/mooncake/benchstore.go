@@ -17,10 +17,23 @@ import (
 	"github.com/mooncake-go/mooncake/core/metadata/httpmeta"
 	"github.com/mooncake-go/mooncake/core/store/client"
 	"github.com/mooncake-go/mooncake/core/store/localcluster"
+	"github.com/mooncake-go/mooncake/core/store/master"
 	"github.com/mooncake-go/mooncake/core/store/storebench"
 	"github.com/mooncake-go/mooncake/core/transfer/shm"
 	"github.com/mooncake-go/mooncake/core/transfer/tcp"
 )
+
+// maxBenchNodes is the most storage nodes bench store starts in its own
+// process (each holds a listener, a metadata entry and a segment's file).
+const maxBenchNodes = 64
+
+// why is ": " and err's text, or "" for a nil err.
+func why(err error) string {
+	if err == nil {
+		return ""
+	}
+	return ": " + err.Error()
+}
 
 // openCPUProfile creates path for a Go CPU profile and returns start (begins
 // profiling into it; its error is pprof's) and stop (ends profiling if it
@@ -83,11 +96,11 @@ evicting as a full cache does.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vs, err := geometry.ParseSize(valueSize)
 			if err != nil || vs <= 0 {
-				return usageOf("bench store", "--value-size %q: want a positive size such as 1MiB", valueSize)
+				return usageOf("bench store", "--value-size %q: want a positive size such as 1MiB%s", valueSize, why(err))
 			}
 			seg, err := geometry.ParseSize(segSize)
 			if err != nil || seg <= 0 {
-				return usageOf("bench store", "--segment-size %q: want a positive size such as 512MiB", segSize)
+				return usageOf("bench store", "--segment-size %q: want a positive size such as 512MiB%s", segSize, why(err))
 			}
 			if protocol != "tcp" && protocol != "shm" {
 				return usageOf("bench store", "--protocol %q: want shm (shm for same-host peers, else tcp) or tcp", protocol)
@@ -111,7 +124,10 @@ evicting as a full cache does.`,
 				// A value lies in one segment, and each client's put in
 				// flight holds room for one value (a put does not wait
 				// for another's space).
-				perSeg := seg / vs
+				// Replicas start AllocAlign-aligned: a value takes its
+				// size rounded up to that.
+				slot := (vs + master.AllocAlign - 1) / master.AllocAlign * master.AllocAlign
+				perSeg := seg / slot
 				if perSeg == 0 {
 					return usageOf("bench store", "--value-size %s exceeds one storage node's segment (--segment-size %s): a value lies in one segment", valueSize, segSize)
 				}
@@ -120,7 +136,14 @@ evicting as a full cache does.`,
 					need++
 				}
 				if perSeg < need {
-					return usageOf("bench store", "--clients %d with --value-size %s: the in-process pool holds %d values of that size at once (--nodes %d x --segment-size %s), fewer than the puts in flight", clients, valueSize, perSeg*int64(nodes), nodes, segSize)
+					return usageOf("bench store", "--clients %d with --value-size %s: the in-process pool has room for %d value(s) of that size at once (--nodes %d x --segment-size %s; values start %d-byte aligned), fewer than the puts in flight", clients, valueSize, perSeg*int64(nodes), nodes, segSize, master.AllocAlign)
+				}
+				// The nodes' segments are mapped and faulted in at start.
+				if nodes > maxBenchNodes {
+					return usageOf("bench store", "--nodes %d: want at most %d in-process storage nodes", nodes, maxBenchNodes)
+				}
+				if avail := availableMemory(); avail > 0 && int64(nodes) > avail/2/seg {
+					return usageOf("bench store", "--nodes %d x --segment-size %s exceed half the available memory (%s)", nodes, segSize, geometry.FormatSize(avail))
 				}
 			}
 			// Each client maps a source and a destination buffer of the value

@@ -90,6 +90,10 @@ func TestBenchStoreBadFlags(t *testing.T) {
 		{[]string{"--value-size", "2GiB"}, "--value-size"},
 		{[]string{"--value-size", "768MiB"}, "--value-size"}, // fits the pool of 2 x 512MiB, not one segment
 		{[]string{"--value-size", "300MiB"}, "--clients"},    // 2 such values at once, 4 puts in flight
+		{[]string{"--value-size", "4097", "--segment-size", "8194", "--clients", "2", "--nodes", "1"}, "--clients"}, // values start 64-byte aligned: room for 1
+		{[]string{"--nodes", "100000"}, "--nodes"},
+		{[]string{"--nodes", "4", "--segment-size", "1TiB"}, "--nodes"}, // segments beyond the machine's memory
+		{[]string{"--value-size", "2EiB"}, "unknown unit"},
 		{[]string{"--value-size", "1GiB", "--segment-size", "1TiB", "--clients", "100000"}, "--clients"},
 		{[]string{"--value-size", "1MiB", "--clients", "4611686018427387904"}, "--clients"}, // clients x value overflows int64
 		{[]string{"--value-size", "4KiB", "--clients", "2305843009213693952"}, "--clients"},
@@ -184,7 +188,7 @@ func TestBenchTransferTargetSpan(t *testing.T) {
 	// A span smaller than the buffer the batches fill would be ignored.
 	r = mooncake(t, 30*time.Second, "bench", "transfer", "--block_size", "64KiB", "--batch_size", "2", "--threads", "2", "--target_span", "1KiB")
 	assert.Equal(t, 2, r.code, "a span smaller than the buffer is a usage error")
-	assert.Contains(t, r.stderr, "--target_span 1KiB is smaller than block_size x batch_size x threads (256.0 KiB)")
+	assert.Contains(t, r.stderr, "--target_span 1KiB is smaller than block_size x batch_size x threads (262144 bytes)")
 }
 
 // TestBenchTransferSocket: the plain-socket baseline prints the same JSON

@@ -17,6 +17,11 @@ const MaxKeyLen = store.MaxKeyLen
 // allocAlign is the alignment of every replica's start address, in bytes.
 const allocAlign = 64
 
+// AllocAlign is the alignment of every replica's start address in its
+// segment, in bytes: a segment holds at most size / (value rounded up to
+// AllocAlign) values of one size at once.
+const AllocAlign = allocAlign
+
 // Config configures a Master. Zero values take upstream's defaults.
 type Config struct {
 	// DefaultLeaseTTL is the lease granted by every read; default 10 s
