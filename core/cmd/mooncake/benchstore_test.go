@@ -88,11 +88,15 @@ func TestBenchStoreBadFlags(t *testing.T) {
 		// Refused before any buffer is mapped: larger than the whole pool,
 		// or buffers beyond the machine's memory.
 		{[]string{"--value-size", "2GiB"}, "--value-size"},
-		{[]string{"--value-size", "768MiB"}, "--value-size"}, // fits the pool of 2 x 512MiB, not one segment
-		{[]string{"--value-size", "300MiB"}, "--clients"},    // 2 such values at once, 4 puts in flight
-		{[]string{"--value-size", "4097", "--segment-size", "8194", "--clients", "2", "--nodes", "1"}, "--clients"}, // values start 64-byte aligned: room for 1
+		// Fits the pool of 2 x 512MiB, not one segment.
+		{[]string{"--value-size", "768MiB"}, "--value-size"},
+		// Room for 2 such values at once, 4 puts in flight.
+		{[]string{"--value-size", "300MiB"}, "--clients"},
+		// Values start 64-byte aligned: room for 1.
+		{[]string{"--value-size", "4097", "--segment-size", "8194", "--clients", "2", "--nodes", "1"}, "--clients"},
 		{[]string{"--nodes", "100000"}, "--nodes"},
-		{[]string{"--nodes", "4", "--segment-size", "1TiB"}, "--nodes"}, // segments beyond the machine's memory
+		// Segments beyond the machine's memory.
+		{[]string{"--nodes", "4", "--segment-size", "1TiB"}, "--nodes"},
 		{[]string{"--value-size", "2EiB"}, "unknown unit"},
 		{[]string{"--value-size", "1GiB", "--segment-size", "1TiB", "--clients", "100000"}, "--clients"},
 		{[]string{"--value-size", "1MiB", "--clients", "4611686018427387904"}, "--clients"}, // clients x value overflows int64
