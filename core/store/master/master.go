@@ -14,13 +14,10 @@ import (
 // MaxKeyLen is the longest key accepted, in bytes (store.MaxKeyLen).
 const MaxKeyLen = store.MaxKeyLen
 
-// allocAlign is the alignment of every replica's start address, in bytes.
-const allocAlign = 64
-
-// AllocAlign is the alignment of every replica's start address in its
-// segment, in bytes: a segment holds at most size / (value rounded up to
-// AllocAlign) values of one size at once.
-const AllocAlign = allocAlign
+// AllocAlign is the alignment of every replica's (and stripe piece's)
+// start address in its segment, in bytes: a segment holds at most size /
+// (value rounded up to AllocAlign) contiguous values of one size at once.
+const AllocAlign = 64
 
 // Config configures a Master. Zero values take upstream's defaults.
 type Config struct {

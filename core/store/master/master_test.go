@@ -567,8 +567,8 @@ func checkReplicas(t testing.TB, rs []Replica, segs map[string]Segment, size uin
 			if p.Addr < s.Base || p.Addr+p.Size > s.Base+s.Size {
 				t.Fatalf("piece [%#x, %#x) outside segment %q [%#x, %#x)", p.Addr, p.Addr+p.Size, s.ID, s.Base, s.Base+s.Size)
 			}
-			if (p.Addr-s.Base)%allocAlign != 0 {
-				t.Fatalf("piece offset %#x not %d-aligned", p.Addr-s.Base, allocAlign)
+			if (p.Addr-s.Base)%AllocAlign != 0 {
+				t.Fatalf("piece offset %#x not %d-aligned", p.Addr-s.Base, AllocAlign)
 			}
 			sum += p.Size
 		}

@@ -315,7 +315,7 @@ func (m *Master) place(o *object, want int, cfg ReplicaConfig) {
 		if o.nreps() >= want || has(o, s) {
 			return
 		}
-		off, err := s.alloc.Alloc(o.size, allocAlign)
+		off, err := s.alloc.Alloc(o.size, AllocAlign)
 		if err != nil {
 			return
 		}
@@ -499,12 +499,12 @@ func (m *Master) placeStriped(o *object, want int) {
 				break
 			}
 			n := min(rest, c.largest)
-			off, err := c.s.alloc.Alloc(n, allocAlign)
-			if err != nil && c.largest > allocAlign {
+			off, err := c.s.alloc.Alloc(n, AllocAlign)
+			if err != nil && c.largest > AllocAlign {
 				// The largest range may start misaligned: leave room for
 				// the padding.
-				n = min(rest, c.largest-(allocAlign-1))
-				off, err = c.s.alloc.Alloc(n, allocAlign)
+				n = min(rest, c.largest-(AllocAlign-1))
+				off, err = c.s.alloc.Alloc(n, AllocAlign)
 			}
 			if err != nil {
 				continue

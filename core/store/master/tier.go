@@ -524,12 +524,12 @@ func (m *Master) GetOrLoad(key string) (reps []Replica, ttl time.Duration, loadi
 	m.cancelTask(o, nil)
 	seg := o.disk().seg
 	now := m.cfg.Now()
-	off, err := seg.alloc.Alloc(o.size, allocAlign)
+	off, err := seg.alloc.Alloc(o.size, AllocAlign)
 	for round := 0; err != nil && round < 4; round++ {
 		if m.evict(now, m.evictTarget(o.size)) == 0 {
 			break
 		}
-		off, err = seg.alloc.Alloc(o.size, allocAlign)
+		off, err = seg.alloc.Alloc(o.size, AllocAlign)
 	}
 	if err != nil {
 		// No lease: a disk-only object holds no DRAM, and a lease would

@@ -281,6 +281,12 @@ func status(err error) *pb.Status {
 	return &pb.Status{Code: int32(store.CodeOf(err)), Message: store.ValidText(err.Error())}
 }
 
+// replicaList is one key's GetReplicaList answer: its status, replicas and
+// lease (ttl, whole milliseconds).
+func replicaList(rs []master.Replica, ttl time.Duration, err error) *pb.GetReplicaListResult {
+	return &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+}
+
 func replicas(rs []master.Replica) []*pb.Replica {
 	out := make([]*pb.Replica, len(rs))
 	for i, r := range rs {
@@ -462,7 +468,7 @@ func (s *Server) BatchGetReplicaList(ctx context.Context, req *pb.KeysRequest) (
 			if ttl > 0 {
 				ttl += waited
 			}
-			out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+			out.Results[i] = replicaList(rs, ttl, err)
 		}
 		if !retryAt.IsZero() {
 			now = s.mu.m.Config().Now() // the master's clock sets the leases

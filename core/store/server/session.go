@@ -172,7 +172,7 @@ func (s *Server) quickLookup(req *pb.KeysRequest) (out *pb.BatchGetReplicaListRe
 		if loading { // not reached: LookupWaits said no key is only on disk
 			err = store.Errorf(store.ReplicaIsNotReady, "key %q is being loaded from disk", k)
 		}
-		out.Results[i] = &pb.GetReplicaListResult{Status: status(err), Replicas: replicas(rs), LeaseTtlMs: uint64(ttl.Milliseconds())}
+		out.Results[i] = replicaList(rs, ttl, err)
 	}
 	s.unlock() // leases granted
 	s.metrics.lookups(out.Results)
