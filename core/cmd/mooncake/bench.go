@@ -50,9 +50,9 @@ func benchTransferCmd() *cobra.Command {
 		Short: "Transfer engine throughput (upstream transfer_engine_bench flags); --mode loopback runs target and initiator engines in this process over real sockets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bs, err := geometry.ParseSize(blockSize)
-			if err != nil || bs <= 0 {
-				return usageOf("bench transfer", "--block_size %q: want a positive size such as 64KiB", blockSize)
+			bs, err := positiveSize("bench transfer", "--block_size", blockSize, "64KiB")
+			if err != nil {
+				return err
 			}
 			var opcode transfer.Opcode
 			switch op {
@@ -157,8 +157,7 @@ func benchTransferCmd() *cobra.Command {
 				return e, r, nil
 			}
 			fail := func(err error) error { return &exitError{1, "mooncake bench transfer: " + err.Error()} }
-			switch mode {
-			case "target":
+			if mode == "target" { // mode was checked above
 				e, r, err := mkEngine(name, targetSize)
 				if err != nil {
 					return fail(err)
@@ -168,9 +167,6 @@ func benchTransferCmd() *cobra.Command {
 				fmt.Fprintf(os.Stderr, "bench target %q: %s registered at %#x; waiting (Ctrl-C to stop)\n", name, geometry.FormatSize(int64(targetSize)), r.Addr())
 				<-ctx.Done()
 				return nil
-			case "initiator", "loopback":
-			default:
-				return usageOf("bench transfer", "--mode %q: want initiator, target or loopback", mode)
 			}
 			if mode == "loopback" {
 				te, tr, err := mkEngine("bench-target", targetSize)
@@ -271,4 +267,19 @@ func benchMemcpyCmd() *cobra.Command {
 
 func usageOf(cmd, format string, args ...any) error {
 	return &exitError{2, "mooncake " + cmd + ": " + fmt.Sprintf(format, args...)}
+}
+
+// positiveSize parses value, the size flag flag of cmd (geometry.ParseSize:
+// a number with an optional binary unit), and returns its bytes, or a
+// usage error (exit 2) naming the flag, an example such as 1MiB, and the
+// parser's reason when it has one.
+func positiveSize(cmd, flag, value, example string) (int64, error) {
+	n, err := geometry.ParseSize(value)
+	switch {
+	case err != nil:
+		return 0, usageOf(cmd, "%s %q: want a positive size such as %s: %v", flag, value, example, err)
+	case n <= 0:
+		return 0, usageOf(cmd, "%s %q: want a positive size such as %s", flag, value, example)
+	}
+	return n, nil
 }

@@ -70,13 +70,13 @@ func benchP2PCmd() *cobra.Command {
 		Short: "P2P Store: one seed distributes an object to N getters over tcp (this process, 127.0.0.1), vs every getter reading from the seed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sz, err := geometry.ParseSize(size)
-			if err != nil || sz <= 0 {
-				return usageOf("bench p2p", "--size %q: want a positive size such as 1GiB", size)
+			sz, err := positiveSize("bench p2p", "--size", size, "1GiB")
+			if err != nil {
+				return err
 			}
-			ss, err := geometry.ParseSize(shardSize)
-			if err != nil || ss <= 0 {
-				return usageOf("bench p2p", "--shard-size %q: want a positive size such as 64MiB", shardSize)
+			ss, err := positiveSize("bench p2p", "--shard-size", shardSize, "64MiB")
+			if err != nil {
+				return err
 			}
 			var ns []int
 			maxN := 0

@@ -27,14 +27,6 @@ import (
 // process (each holds a listener, a metadata entry and a segment's file).
 const maxBenchNodes = 64
 
-// why is ": " and err's text, or "" for a nil err.
-func why(err error) string {
-	if err == nil {
-		return ""
-	}
-	return ": " + err.Error()
-}
-
 // openCPUProfile creates path for a Go CPU profile and returns start (begins
 // profiling into it; its error is pprof's) and stop (ends profiling if it
 // began and closes the file, removing it unless keep; later calls do
@@ -94,13 +86,13 @@ fills the pool once (--warmup-fill) so the measured puts run in steady state,
 evicting as a full cache does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			vs, err := geometry.ParseSize(valueSize)
-			if err != nil || vs <= 0 {
-				return usageOf("bench store", "--value-size %q: want a positive size such as 1MiB%s", valueSize, why(err))
+			vs, err := positiveSize("bench store", "--value-size", valueSize, "1MiB")
+			if err != nil {
+				return err
 			}
-			seg, err := geometry.ParseSize(segSize)
-			if err != nil || seg <= 0 {
-				return usageOf("bench store", "--segment-size %q: want a positive size such as 512MiB%s", segSize, why(err))
+			seg, err := positiveSize("bench store", "--segment-size", segSize, "512MiB")
+			if err != nil {
+				return err
 			}
 			if protocol != "tcp" && protocol != "shm" {
 				return usageOf("bench store", "--protocol %q: want shm (shm for same-host peers, else tcp) or tcp", protocol)
@@ -120,37 +112,32 @@ evicting as a full cache does.`,
 			if vs < storebench.MinValueSize {
 				return usageOf("bench store", "--value-size %s: want at least %d bytes (each value starts with a %d-byte header)", valueSize, storebench.MinValueSize, storebench.MinValueSize)
 			}
+			avail := availableMemory() // 0: unknown, not checked
+			// Each client maps a source and a destination buffer of the value
+			// size: refused beyond half the available memory (by division,
+			// so that no product overflows).
+			if avail > 0 && int64(clients) > avail/2/(2*vs) {
+				return usageOf("bench store", "--clients %d x 2 buffers of --value-size %s exceed half the available memory (%s)", clients, valueSize, geometry.FormatSize(avail))
+			}
 			if masterAddr == "" {
-				// A value lies in one segment, and each client's put in
-				// flight holds room for one value (a put does not wait
-				// for another's space).
-				// Replicas start AllocAlign-aligned: a value takes its
-				// size rounded up to that.
+				// The nodes' segments are mapped and faulted in at start.
+				if nodes > maxBenchNodes {
+					return usageOf("bench store", "--nodes %d: want at most %d in-process storage nodes", nodes, maxBenchNodes)
+				}
+				if avail > 0 && int64(nodes) > avail/2/seg {
+					return usageOf("bench store", "--nodes %d x --segment-size %s exceed half the available memory (%s)", nodes, segSize, geometry.FormatSize(avail))
+				}
+				// A value lies in one segment, starting AllocAlign-aligned,
+				// and each client's put in flight holds room for one value
+				// (a put does not wait for another's space).
 				slot := (vs + master.AllocAlign - 1) / master.AllocAlign * master.AllocAlign
 				perSeg := seg / slot
 				if perSeg == 0 {
 					return usageOf("bench store", "--value-size %s exceeds one storage node's segment (--segment-size %s): a value lies in one segment", valueSize, segSize)
 				}
-				need := int64(clients / nodes) // values per segment that the clients' puts in flight need
-				if clients%nodes != 0 {
-					need++
+				if room := perSeg * int64(nodes); room < int64(clients) { // no overflow: perSeg <= MaxInt64/64, nodes <= 64
+					return usageOf("bench store", "--clients %d with --value-size %s: the in-process pool has room for %d value(s) of that size at once (--nodes %d x --segment-size %s; values start %d-byte aligned), fewer than the puts in flight", clients, valueSize, room, nodes, segSize, master.AllocAlign)
 				}
-				if perSeg < need {
-					return usageOf("bench store", "--clients %d with --value-size %s: the in-process pool has room for %d value(s) of that size at once (--nodes %d x --segment-size %s; values start %d-byte aligned), fewer than the puts in flight", clients, valueSize, perSeg*int64(nodes), nodes, segSize, master.AllocAlign)
-				}
-				// The nodes' segments are mapped and faulted in at start.
-				if nodes > maxBenchNodes {
-					return usageOf("bench store", "--nodes %d: want at most %d in-process storage nodes", nodes, maxBenchNodes)
-				}
-				if avail := availableMemory(); avail > 0 && int64(nodes) > avail/2/seg {
-					return usageOf("bench store", "--nodes %d x --segment-size %s exceed half the available memory (%s)", nodes, segSize, geometry.FormatSize(avail))
-				}
-			}
-			// Each client maps a source and a destination buffer of the value
-			// size: refused beyond half the available memory (by division,
-			// so that no product overflows).
-			if avail := availableMemory(); avail > 0 && int64(clients) > avail/2/(2*vs) {
-				return usageOf("bench store", "--clients %d x 2 buffers of --value-size %s exceed half the available memory (%s)", clients, valueSize, geometry.FormatSize(avail))
 			}
 			if ops > 0 && ops < clients {
 				return usageOf("bench store", "--ops %d with --clients %d: want at least one op per client", ops, clients)

@@ -99,9 +99,9 @@ func p2pSeedCmd() *cobra.Command {
 			if name == "" {
 				return usageOf("p2p seed", "--name is required")
 			}
-			ss, err := geometry.ParseSize(shardSize)
-			if err != nil || ss <= 0 {
-				return usageOf("p2p seed", "--shard-size %q: want a positive size such as 64MiB", shardSize)
+			ss, err := positiveSize("p2p seed", "--shard-size", shardSize, "64MiB")
+			if err != nil {
+				return err
 			}
 			var bufs [][]byte
 			defer func() {
