@@ -14,7 +14,7 @@ const ntMin = 16 << 10
 // processes once Copy returns, as after copy. Meant for the transfer
 // paths (shm, local copies) whose destination is not read again at once.
 func Copy(dst, src []byte) int {
-	n, streamed := copyUnfenced(dst, src, false, nil)
+	n, streamed := copyUnfenced(dst, src, false, nil, ntMin)
 	if streamed {
 		fence()
 	}
@@ -46,7 +46,7 @@ func Gather(dst []byte, srcs [][]byte) int {
 		if i+1 < len(srcs) {
 			next = srcs[i+1]
 		}
-		k, streamed := copyUnfenced(dst[n:], s, true, next)
+		k, streamed := copyUnfenced(dst[n:], s, true, next, ntMin)
 		n += k
 		fenced = fenced || streamed
 	}
@@ -65,7 +65,7 @@ func Scatter(dsts [][]byte, src []byte) int {
 		if n == len(src) {
 			break
 		}
-		k, streamed := copyUnfenced(d, src[n:], false, nil)
+		k, streamed := copyUnfenced(d, src[n:], false, nil, ntMin)
 		n += k
 		fenced = fenced || streamed
 	}
@@ -75,12 +75,42 @@ func Scatter(dsts [][]byte, src []byte) int {
 	return n
 }
 
+// Streams reports whether StreamUnfenced (and Copy, for copies of at
+// least 16 KiB) use streaming stores on this CPU: amd64 with AVX. Where it
+// is false they are the built-in copy.
+func Streams() bool { return hasNT }
+
+// StreamUnfenced copies min(len(dst), len(src)) bytes from src to dst and
+// returns the count, with streaming stores for every copy of at least 128
+// bytes (Copy streams only from 16 KiB), and without a closing fence: Fence
+// must run after the last of a run of calls, before the bytes are
+// published (acknowledged to a peer, handed to another thread). It is for a
+// large destination filled piece by piece whose pieces may be short, such
+// as a payload read from a socket in chunks through a small buffer that
+// stays in cache: the destination as a whole is not read again at once,
+// so its lines are written without being read first. Overlapping ranges
+// are copied with the built-in copy.
+func StreamUnfenced(dst, src []byte) int {
+	n, _ := copyUnfenced(dst, src, false, nil, streamMin)
+	return n
+}
+
+// Fence orders every streaming store made before it (StreamUnfenced)
+// before every later store; the bytes are visible to other threads and
+// processes once it returns. A no-op where Streams is false.
+func Fence() { fence() }
+
+// streamMin is the smallest copy StreamUnfenced streams: one 128-byte
+// step of the streaming loop.
+const streamMin = 128
+
 // copyUnfenced is Copy without the final fence; streamed reports whether
 // it used streaming stores (then a fence must follow). With prefetch the
-// source is prefetched ahead, on into next (see stream).
-func copyUnfenced(dst, src []byte, prefetch bool, next []byte) (n int, streamed bool) {
+// source is prefetched ahead, on into next (see stream). Copies shorter
+// than least use the built-in copy.
+func copyUnfenced(dst, src []byte, prefetch bool, next []byte, least int) (n int, streamed bool) {
 	n = min(len(dst), len(src))
-	if n < ntMin || !hasNT || overlap(dst[:n], src[:n]) {
+	if n < least || !hasNT || overlap(dst[:n], src[:n]) {
 		return copy(dst, src), false
 	}
 	d, s := dst[:n], src[:n]

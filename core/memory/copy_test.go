@@ -55,6 +55,42 @@ func TestCopy(t *testing.T) {
 	}
 }
 
+// TestStreamUnfenced checks StreamUnfenced (then Fence) against the
+// built-in copy for sizes around its 128-byte streaming minimum and
+// Copy's, every destination alignment, and that it never writes outside
+// the destination; unequal lengths copy the shorter and overlapping
+// ranges copy as copy does.
+func TestStreamUnfenced(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	src := make([]byte, 300<<10)
+	for i := range src {
+		src[i] = byte(r.Uint32())
+	}
+	dst := make([]byte, len(src)+256)
+	for _, n := range []int{0, 1, 31, 127, 128, 129, 159, 160, 255, 256, 1000, ntMin - 1, 64 << 10, 64<<10 + 77, 256 << 10} {
+		for _, da := range []int{0, 1, 7, 31, 32, 33, 64} {
+			for _, sa := range []int{0, 5} {
+				for i := range dst {
+					dst[i] = 0xEE
+				}
+				got := StreamUnfenced(dst[da:da+n], src[sa:sa+n])
+				Fence()
+				require.Equal(t, n, got, "n=%d da=%d sa=%d", n, da, sa)
+				require.True(t, bytes.Equal(dst[da:da+n], src[sa:sa+n]), "n=%d da=%d sa=%d: bytes differ", n, da, sa)
+				require.True(t, bytes.Equal(dst[:da], bytes.Repeat([]byte{0xEE}, da)) && dst[da+n] == 0xEE,
+					"n=%d da=%d sa=%d: wrote outside the destination", n, da, sa)
+			}
+		}
+	}
+	require.Equal(t, 500, StreamUnfenced(dst[:1000], src[:500]))
+	buf := append([]byte(nil), src[:20<<10]...)
+	want := append([]byte(nil), buf...)
+	copy(want[100:], want[:10<<10])
+	StreamUnfenced(buf[100:], buf[:10<<10])
+	Fence()
+	require.Equal(t, want, buf, "overlapping StreamUnfenced differs from copy")
+}
+
 func BenchmarkCopy(b *testing.B) {
 	for _, chunk := range []int{32 << 10, 256 << 10, 2 << 20} {
 		b.Run(fmt.Sprintf("nt/%dKiB", chunk>>10), func(b *testing.B) { benchCopy(b, chunk, Copy) })

@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"encoding/binary"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -93,6 +95,92 @@ func TestReadFullV(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, statusMagic|0xFF, binary.LittleEndian.Uint64(st))
 			require.NoError(t, <-done)
+		})
+	}
+}
+
+// TestReadTarget streams WRITE-like frames (a header, then a payload) and
+// reads them as the server does (next for the header, readTarget for the
+// payload) into destinations at odd offsets of a larger buffer, over a
+// real TCP socket (the bounce-buffer path for payloads of at least
+// streamMin bytes) and over net.Pipe (plain reads): every payload arrives
+// whole, nothing around a destination is written, and the header after a
+// payload (read ahead with its last chunk) is intact. A stream that ends
+// inside a payload is io.ErrUnexpectedEOF, at a payload's start io.EOF.
+func TestReadTarget(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	sizes := []int{1, 100, streamMin - 1, streamMin, streamMin + 1, 3*bounceSize + 5, 1 << 20, 2*bounceSize - 1}
+	var stream []byte
+	var payloads [][]byte
+	for i, n := range sizes {
+		stream = binary.LittleEndian.AppendUint64(stream, statusMagic|uint64(i))
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(r.Uint32())
+		}
+		payloads = append(payloads, p)
+		stream = append(stream, p...)
+	}
+	stream = binary.LittleEndian.AppendUint64(stream, statusMagic|0xFF) // trailing frame
+	stream = append(stream, make([]byte, 1000)...)                      // then a payload that ends early
+
+	pipes := map[string]func(t *testing.T) (net.Conn, net.Conn){
+		"tcp": func(t *testing.T) (net.Conn, net.Conn) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			defer l.Close()
+			c, err := net.Dial("tcp", l.Addr().String())
+			require.NoError(t, err)
+			s, err := l.Accept()
+			require.NoError(t, err)
+			return c, s
+		},
+		"pipe": func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() },
+	}
+	for name, mk := range pipes {
+		t.Run(name, func(t *testing.T) {
+			rc, wc := mk(t)
+			defer rc.Close()
+			done := make(chan error, 1)
+			go func() {
+				// Uneven writes, so reads see partial frames and chunks.
+				for off := 0; off < len(stream); {
+					n := min(len(stream)-off, 1+r.IntN(90000))
+					if _, err := wc.Write(stream[off : off+n]); err != nil {
+						done <- err
+						return
+					}
+					off += n
+				}
+				done <- wc.Close()
+			}()
+			fr := newFrameReader(rc, serverReadBuffer, statusLen)
+			for i, n := range sizes {
+				st, err := fr.next(statusLen)
+				require.NoError(t, err, "frame %d", i)
+				require.Equal(t, statusMagic|uint64(i), binary.LittleEndian.Uint64(st), "frame %d", i)
+				region := make([]byte, n+200)
+				for j := range region {
+					region[j] = 0xEE
+				}
+				at := 1 + i*13%64 // odd destination alignments
+				require.NoError(t, fr.readTarget(region[at:at+n]), "payload %d", i)
+				require.Equal(t, payloads[i], region[at:at+n], "payload %d", i)
+				for j, b := range region {
+					if j < at || j >= at+n {
+						require.Equal(t, byte(0xEE), b, "payload %d: byte %d outside the destination written", i, j-at)
+					}
+				}
+			}
+			st, err := fr.next(statusLen)
+			require.NoError(t, err)
+			require.Equal(t, statusMagic|0xFF, binary.LittleEndian.Uint64(st))
+			// 1000 bytes left of a payload announced larger: short.
+			err = fr.readTarget(make([]byte, 3*bounceSize))
+			require.True(t, errors.Is(err, io.ErrUnexpectedEOF), "short payload: %v", err)
+			require.NoError(t, <-done)
+			// Nothing left: a payload that never starts is io.EOF.
+			require.ErrorIs(t, fr.readTarget(make([]byte, streamMin)), io.EOF)
 		})
 	}
 }

@@ -191,7 +191,7 @@ func serve(c net.Conn, target transfer.Target) {
 			if s.settle(buf) != nil {
 				return
 			}
-			if _, err := io.ReadFull(s, buf); err != nil {
+			if s.readTarget(buf) != nil {
 				return
 			}
 			if v2 && s.ack(statusOK, size) != nil {
