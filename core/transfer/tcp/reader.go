@@ -16,8 +16,10 @@ import (
 // payload is read with readv straight into its destination plus the next
 // frame's fixed part (ahead bytes) into the buffer, so a stream of
 // payload-carrying frames costs one system call per frame and payload
-// bytes are copied once. Without a raw socket (not a *net.TCPConn) reads
-// are plain.
+// bytes are copied once. The server reads a WRITE's payload of at least
+// streamMin bytes through a small bounce buffer instead, copied out with
+// streaming stores (readTarget). Without a raw socket (not a
+// *net.TCPConn) reads are plain.
 //
 // A frameReader belongs to one goroutine.
 type frameReader struct {

@@ -29,7 +29,7 @@ const (
 )
 
 // sconn is the server side of one connection: requests are read with a
-// frameReader (payloads straight into registered memory); responses
+// frameReader (payloads into registered memory: readTarget); responses
 // (status frames, and READ payloads straight from registered memory) are
 // queued in request order and sent in one vectored write when the next
 // read would block (the client may be waiting for them), once they cover

@@ -42,10 +42,12 @@
 // and upstream's both serve one request after another), so the k-th
 // status frame belongs to the k-th request sent, and a status frame with
 // nothing in flight is a protocol error that drops the connection. On the
-// server, headers are read through a small buffer, payloads with readv
-// straight into registered memory (with the next header in the same
-// call), and acknowledgements are batched: sent when the socket has
-// nothing more to read, once they cover 256 KiB, before a WRITE lands in
+// server, headers are read through a small buffer, payloads of at least
+// 64 KiB through a 64 KiB bounce buffer copied into registered memory with
+// streaming stores (smaller ones with readv straight into it), the next
+// header read in the same call as a payload's last bytes, and
+// acknowledgements are batched: sent when the socket has nothing more to
+// read, once they cover 256 KiB, before a WRITE lands in
 // bytes a queued READ answer has yet to send (so a READ answers the bytes
 // as they were before every later request on its connection), and when
 // the connection ends (a peer that half-closes after its last request
