@@ -966,10 +966,12 @@ func (s *Store) markReady(name string) {
 	s.mu.Unlock()
 }
 
-// registerBufs registers every buffer remote-readable, rolling back on error.
+// registerBufs registers every buffer remote-readable, read-only to
+// peers (they only ever read a holder's shards, and a seeded file may be
+// mapped read-only), rolling back on error.
 func (s *Store) registerBufs(ctx context.Context, bufs [][]byte, location string) error {
 	for i, b := range bufs {
-		if err := s.eng.RegisterLocalMemory(ctx, b, location, true); err != nil {
+		if err := s.eng.RegisterReadOnlyMemory(ctx, b, location); err != nil {
 			s.unregisterBufs(bufs[:i])
 			return fmt.Errorf("register buffer %d (%d bytes): %w", i, len(b), err)
 		}

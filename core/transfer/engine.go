@@ -243,6 +243,25 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 	return e.register(ctx, remote, func() (Buffer, error) { return e.reg.Add(buf, location, remote) })
 }
 
+// RegisterReadOnlyMemory registers buf as a buffer of this engine's
+// segment that peers may read but never write, published as any
+// remote-accessible buffer: a peer's WRITE into it (tcp, loopback), or
+// this process's own request that writes it as its segment's target,
+// fails with ErrReadOnly and changes nothing, so buf may be mapped
+// without write permission (a file mapped PROT_READ, which a write would
+// fault on and kill the process). This process's own requests may still
+// use it as their local side. Same-host peers reach it over tcp, not
+// shm (it is not a memory region), and over RDMA it cannot be registered
+// (verbs registration asks for write access), so requests to it fail
+// there. Errors as RegisterLocalMemory. Ours: upstream has no read-only
+// registration.
+func (e *Engine) RegisterReadOnlyMemory(ctx context.Context, buf []byte, location string) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.register(ctx, true, func() (Buffer, error) { return e.reg.AddReadOnly(buf, location) })
+}
+
 // RegisterRegion registers the whole of reg, as RegisterLocalMemory(ctx,
 // reg.Bytes(), location, remote), and lets a transport that shares memory
 // with same-host peers (shm) hand out the region's memory file: reg must

@@ -13,12 +13,18 @@ import (
 // registered. Transports call it on the target side for every request, so a
 // peer can only reach registered, remote-accessible memory.
 type Target interface {
-	// Resolve returns the registered bytes [addr, addr+length) or an error
-	// wrapping ErrAddressNotRegistered when the range is not entirely inside
-	// one remote-accessible buffer (length 0 is invalid too), or
+	// Resolve returns the registered bytes [addr, addr+length) for a
+	// request that reads them, or an error wrapping
+	// ErrAddressNotRegistered when the range is not entirely inside one
+	// remote-accessible buffer (length 0 is invalid too), or
 	// ErrUnsupported when that buffer is device memory, which has no host
 	// bytes (see DeviceTarget).
 	Resolve(addr, length uint64) ([]byte, error)
+	// ResolveWrite is Resolve for a request that writes the range; it
+	// also refuses, with ErrReadOnly, a range in a buffer registered
+	// read-only (whose memory may be mapped without write permission: a
+	// write would fault and kill the process).
+	ResolveWrite(addr, length uint64) ([]byte, error)
 }
 
 // Buffer is one registered range.
@@ -27,6 +33,10 @@ type Buffer struct {
 	Length   uint64 // bytes
 	Location string // "cpu:0", "cuda:0", or "*" (upstream's location tag)
 	Remote   bool   // visible to peers (upstream remote_accessible)
+	// ReadOnly: peers may only read it (AddReadOnly); a peer's WRITE, or
+	// this process's own request that writes it as its segment's target,
+	// fails with ErrReadOnly. Always Remote.
+	ReadOnly bool
 	// Device is set for device (GPU) memory added with AddDevice: Addr is
 	// a device address, Location is "cuda:N", and there are no host bytes.
 	Device bool
@@ -51,17 +61,29 @@ type Registry struct {
 // AddDevice); ErrAddressOverlapped if it overlaps a registered buffer
 // (upstream rejects overlapping registration the same way).
 func (r *Registry) Add(buf []byte, location string, remote bool) (Buffer, error) {
-	return r.add(buf, nil, location, remote)
+	return r.add(buf, nil, location, remote, false)
+}
+
+// AddReadOnly registers buf remote-accessible for reading only: a
+// peer's WRITE (ResolveWrite), or this process's own request that writes
+// it as its segment's target, fails with ErrReadOnly, so buf may be
+// memory that peers must not change or that is mapped without write
+// permission (a file mapped PROT_READ, which a write would fault on). As
+// a local buffer (the source or destination of this process's own
+// requests) it is used as any other. It is never a memory region, so the
+// shm transport does not hand it to same-host peers to map. Errors as Add.
+func (r *Registry) AddReadOnly(buf []byte, location string) (Buffer, error) {
+	return r.add(buf, nil, location, true, true)
 }
 
 // AddRegion registers the whole of reg, as Add(reg.Bytes(), ...), and
 // remembers the region so that FDFor can hand its memory file
 // (memory.MapShared) to same-host peers (the shm transport). Errors as Add.
 func (r *Registry) AddRegion(reg *memory.Region, location string, remote bool) (Buffer, error) {
-	return r.add(reg.Bytes(), reg, location, remote)
+	return r.add(reg.Bytes(), reg, location, remote, false)
 }
 
-func (r *Registry) add(buf []byte, reg *memory.Region, location string, remote bool) (Buffer, error) {
+func (r *Registry) add(buf []byte, reg *memory.Region, location string, remote, readOnly bool) (Buffer, error) {
 	if len(buf) == 0 {
 		return Buffer{}, fmt.Errorf("%w: register an empty buffer", ErrInvalidArgument)
 	}
@@ -71,7 +93,7 @@ func (r *Registry) add(buf []byte, reg *memory.Region, location string, remote b
 	if strings.HasPrefix(location, deviceLocation) {
 		return Buffer{}, fmt.Errorf("%w: location %q is device memory; register GPU memory with RegisterDeviceMemory, not as host bytes", ErrInvalidArgument, location)
 	}
-	return r.insert(Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, bytes: buf, region: reg})
+	return r.insert(Buffer{Addr: memory.AddrOf(buf), Length: uint64(len(buf)), Location: location, Remote: remote, ReadOnly: readOnly, bytes: buf, region: reg})
 }
 
 // AddDevice registers device memory [addr, addr+length) of device dev,
@@ -137,8 +159,9 @@ func (r *Registry) Buffers() []Buffer {
 }
 
 // lookup returns the bytes of [addr, addr+length) when the range lies inside
-// one registered buffer (remote-accessible only, if remoteOnly).
-func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) {
+// one registered buffer (remote-accessible only, if remoteOnly; not
+// read-only, if write).
+func (r *Registry) lookup(addr, length uint64, remoteOnly, write bool) ([]byte, error) {
 	if length == 0 {
 		return nil, fmt.Errorf("%w: zero-length range at %#x", ErrInvalidArgument, addr)
 	}
@@ -147,6 +170,9 @@ func (r *Registry) lookup(addr, length uint64, remoteOnly bool) ([]byte, error) 
 	if b, ok := r.findLocked(addr, length, remoteOnly); ok {
 		if b.Device {
 			return nil, fmt.Errorf("%w: [%#x,+%d) is device memory (%s), not host bytes", ErrUnsupported, addr, length, b.Location)
+		}
+		if write && b.ReadOnly {
+			return nil, fmt.Errorf("%w: a write to [%#x,+%d), in buffer [%#x,+%d)", ErrReadOnly, addr, length, b.Addr, b.Length)
 		}
 		off := addr - b.Addr
 		return b.bytes[off : off+length : off+length], nil
@@ -282,13 +308,20 @@ func (r *Registry) FDFor(addr, length uint64) (fd int, base, size uint64, err er
 
 // Resolve implements Target: only remote-accessible buffers are reachable.
 func (r *Registry) Resolve(addr, length uint64) ([]byte, error) {
-	return r.lookup(addr, length, true)
+	return r.lookup(addr, length, true, false)
+}
+
+// ResolveWrite implements Target: only remote-accessible buffers that are
+// not read-only are reachable.
+func (r *Registry) ResolveWrite(addr, length uint64) ([]byte, error) {
+	return r.lookup(addr, length, true, true)
 }
 
 // Local resolves a range for this process's own use (any registered
-// buffer). Errors as Resolve.
+// buffer, read-only ones included: they are read-only to peers). Errors
+// as Resolve.
 func (r *Registry) Local(addr, length uint64) ([]byte, error) {
-	return r.lookup(addr, length, false)
+	return r.lookup(addr, length, false, false)
 }
 
 // localDevice resolves a device range for this process's own use.

@@ -28,6 +28,10 @@ var (
 	ErrClosed = errors.New("transfer: closed")
 	// ErrUnsupported is returned for a protocol or feature not built or not present ("unsupported: ...").
 	ErrUnsupported = errors.New("unsupported")
+	// ErrReadOnly: a write into a buffer registered read-only
+	// (Engine.RegisterReadOnlyMemory), which peers may read but never
+	// write. Ours: upstream has no read-only registration.
+	ErrReadOnly = errors.New("transfer: buffer registered read-only")
 )
 
 // Opcode is the direction of a request. Values as upstream's C API.

@@ -281,6 +281,10 @@ type resolveOnly struct{}
 
 func (resolveOnly) Resolve(addr, length uint64) ([]byte, error) { return make([]byte, length), nil }
 
+func (r resolveOnly) ResolveWrite(addr, length uint64) ([]byte, error) {
+	return r.Resolve(addr, length)
+}
+
 func TestSplitSpans(t *testing.T) {
 	for _, tc := range []struct {
 		n, size uint64

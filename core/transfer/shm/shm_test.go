@@ -142,6 +142,10 @@ func (resolveOnly) Resolve(addr, length uint64) ([]byte, error) {
 	return nil, transfer.ErrAddressNotRegistered
 }
 
+func (resolveOnly) ResolveWrite(addr, length uint64) ([]byte, error) {
+	return nil, transfer.ErrAddressNotRegistered
+}
+
 func TestListenErrors(t *testing.T) {
 	tr := shm.New(shm.Config{})
 	if err := tr.Listen("x", resolveOnly{}); !errors.Is(err, transfer.ErrUnsupported) {

@@ -66,6 +66,11 @@ func (tt *testTarget) find(addr, length uint64) (testBuf, error) {
 	return testBuf{}, fmt.Errorf("%w: [%#x,+%d)", transfer.ErrAddressNotRegistered, addr, length)
 }
 
+// ResolveWrite is Resolve: the test target has no read-only buffers.
+func (tt *testTarget) ResolveWrite(addr, length uint64) ([]byte, error) {
+	return tt.Resolve(addr, length)
+}
+
 func (tt *testTarget) Resolve(addr, length uint64) ([]byte, error) {
 	tt.mu.RLock()
 	defer tt.mu.RUnlock()

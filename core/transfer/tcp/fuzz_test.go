@@ -171,6 +171,22 @@ func (ft *fzTarget) Resolve(addr, n uint64) ([]byte, error) {
 	return b, err
 }
 
+// ResolveWrite implements transfer.Target: the registry's answer, checked
+// as Resolve's (A is writable).
+func (ft *fzTarget) ResolveWrite(addr, n uint64) ([]byte, error) {
+	b, err := ft.reg.ResolveWrite(addr, n)
+	in := inside(addr, n, ft.base, fzPage)
+	switch {
+	case err == nil && !in:
+		ft.note("ResolveWrite(%#x, %d) accepted a range outside A", addr, n)
+	case err == nil && (memory.AddrOf(b) != addr || uint64(len(b)) != n || uint64(cap(b)) != n):
+		ft.note("ResolveWrite(%#x, %d) returned [%#x,+%d) cap %d", addr, n, memory.AddrOf(b), len(b), cap(b))
+	case err != nil && in:
+		ft.note("ResolveWrite(%#x, %d) refused a range inside A: %v", addr, n, err)
+	}
+	return b, err
+}
+
 // ResolveDevice implements transfer.DeviceTarget: the registry's answer,
 // checked.
 func (ft *fzTarget) ResolveDevice(addr, n uint64) (transfer.DeviceRange, error) {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +126,53 @@ func RunBackend(t *testing.T, newBackend func(t testing.TB) Backend, nt NewTrans
 	t.Run("PeerGoneFails", func(t *testing.T) { testPeerGone(t, pair(t)) })
 	t.Run("ScatterGather", func(t *testing.T) { testScatterGather(t, pair(t)) })
 	t.Run("ScatterGatherRejected", func(t *testing.T) { testScatterGatherRejected(t, pair(t)) })
+	t.Run("ReadOnlyBuffer", func(t *testing.T) { testReadOnly(t, pair(t)) })
+}
+
+// testReadOnly registers on B a file mapped without write permission as a
+// read-only buffer (RegisterReadOnlyMemory): A's WRITEs into it, small
+// and large (a tcp target streams payloads of 64 KiB and more), and B's
+// own write into it as its segment's target fail without a fault and
+// change nothing, while A can read it (where the transport reaches memory
+// that is not a memory region: not shm, which maps its peers' regions).
+func testReadOnly(t *testing.T, p *Pair) {
+	const size = 256 << 10
+	want := make([]byte, size)
+	fill(want, 11)
+	f, err := os.CreateTemp(t.TempDir(), "ro")
+	require.NoError(t, err)
+	_, err = f.Write(want)
+	require.NoError(t, err)
+	ro, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ, syscall.MAP_SHARED)
+	require.NoError(t, f.Close())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Munmap(ro) })
+	base := memory.AddrOf(ro)
+	require.NoError(t, p.B.RegisterReadOnlyMemory(p.Background, ro, "cpu:0"))
+	t.Cleanup(func() { _ = p.B.UnregisterLocalMemory(context.Background(), base) })
+	require.NoError(t, p.A.RefreshSegment(p.Background, p.BHandle))
+
+	a := p.RA.Bytes()
+	fill(a, 12)
+	for _, n := range []uint64{100, 64 << 10, 128 << 10, size} {
+		err := p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base, Length: n}})
+		require.Error(t, err, "a %d-byte write into a read-only buffer", n)
+	}
+	err = p.B.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RB.Addr(), Target: transfer.LocalSegment, TargetOffset: base + 10, Length: 100}})
+	require.ErrorIs(t, err, transfer.ErrReadOnly, "B's own write into its read-only buffer")
+	require.Equal(t, want, ro, "a refused write changed the read-only buffer")
+
+	clear(a[:size])
+	err = p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Read, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: base, Length: size}})
+	if errors.Is(err, transfer.ErrUnsupported) || errors.Is(err, transfer.ErrRejected) {
+		t.Logf("read of a read-only buffer that is not a memory region: %v (this transport maps regions only)", err)
+		return
+	}
+	require.NoError(t, err, "a read of a read-only buffer")
+	require.Equal(t, want, a[:size], "read back")
+	// The connection that refused the writes still carries requests.
+	require.NoError(t, p.A.TransferSync(p.Background, []transfer.Request{{Op: transfer.Write, Source: p.RA.Addr(), Target: p.BHandle, TargetOffset: p.RB.Addr(), Length: size}}))
+	require.Equal(t, a[:size], p.RB.Bytes()[:size])
 }
 
 func fill(b []byte, seed uint64) {
