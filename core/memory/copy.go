@@ -81,8 +81,12 @@ func Scatter(dsts [][]byte, src []byte) int {
 func Streams() bool { return hasNT }
 
 // StreamUnfenced copies min(len(dst), len(src)) bytes from src to dst and
-// returns the count, with streaming stores for every copy of at least 128
-// bytes (Copy streams only from 16 KiB), and without a closing fence: Fence
+// returns the count, and for a copy of at least 128 bytes (Copy streams
+// only from 16 KiB) it writes the part that starts 32-byte aligned and
+// spans whole 128-byte steps with streaming stores (the head and tail
+// around it, under 160 bytes together, are copied normally; a copy too
+// short to hold one aligned step streams nothing), without a closing
+// fence: Fence
 // must run after the last of a run of calls, before the bytes are
 // published (acknowledged to a peer, handed to another thread). It is for a
 // large destination filled piece by piece whose pieces may be short, such

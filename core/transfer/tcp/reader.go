@@ -151,8 +151,10 @@ var bounces = sync.Pool{New: func() any { return new([bounceSize]byte) }}
 
 // readTarget fills p, a WRITE's destination in registered host memory
 // (its bytes are not read again at once), as io.ReadFull would: the
-// read-ahead bytes first, then, for at least streamMin bytes on a raw
-// socket where the CPU streams, through readStreamed, else with Read.
+// bytes already in the read-ahead buffer first, then the rest, when it is
+// at least streamMin bytes on a raw socket (any syscall.Conn) and the CPU
+// streams (memory.Streams: amd64 with AVX), through readStreamed, else
+// with Read.
 // Errors: the read error; io.ErrUnexpectedEOF when the stream ends inside
 // p, io.EOF before its first byte.
 func (f *frameReader) readTarget(p []byte) error {

@@ -42,9 +42,11 @@
 // and upstream's both serve one request after another), so the k-th
 // status frame belongs to the k-th request sent, and a status frame with
 // nothing in flight is a protocol error that drops the connection. On the
-// server, headers are read through a small buffer, payloads of at least
-// 64 KiB through a 64 KiB bounce buffer copied into registered memory with
-// streaming stores (smaller ones with readv straight into it), the next
+// server, headers are read through a small buffer, a WRITE's payload
+// (beyond the bytes read ahead with its header), when at least 64 KiB and
+// the CPU has streaming stores (amd64 with AVX), through a 64 KiB bounce
+// buffer copied into registered memory with streaming stores, else
+// straight into it (readv; small ones through the header buffer), the next
 // header read in the same call as a payload's last bytes, and
 // acknowledgements are batched: sent when the socket has nothing more to
 // read, once they cover 256 KiB, before a WRITE lands in
