@@ -245,15 +245,19 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 
 // RegisterReadOnlyMemory registers buf as a buffer of this engine's
 // segment that peers may read but never write, published as any
-// remote-accessible buffer: a peer's WRITE into it (tcp, loopback), or
-// this process's own request that writes it as its segment's target,
-// fails with ErrReadOnly and changes nothing, so buf may be mapped
-// without write permission (a file mapped PROT_READ, which a write would
-// fault on and kill the process). This process's own requests may still
-// use it as their local side. Same-host peers reach it over tcp, not
-// shm (it is not a memory region), and over RDMA it cannot be registered
-// (verbs registration asks for write access), so requests to it fail
-// there. Errors as RegisterLocalMemory. Ours: upstream has no read-only
+// remote-accessible buffer. A peer's WRITE into it over tcp or loopback is
+// refused and changes nothing (the peer's request fails with
+// ErrRejected; tcp carries no reason), and this process's own request
+// that writes it as its segment's target fails with ErrReadOnly, so buf
+// may be mapped without write permission (a file mapped PROT_READ, which
+// a write would fault on and kill the process). As the local side of
+// this process's own requests it is used as any other buffer: a READ into
+// it writes it, which on memory mapped without write permission faults,
+// so the caller must not do that. Same-host peers reach it over tcp, not
+// shm (it is not a memory region). Over RDMA the flag is not enforced: a
+// peer's rkey grants writes where the memory is writable (memory mapped
+// without write permission cannot be registered for RDMA at all).
+// Errors as RegisterLocalMemory. Ours: upstream has no read-only
 // registration.
 func (e *Engine) RegisterReadOnlyMemory(ctx context.Context, buf []byte, location string) error {
 	if e.closed.Load() {

@@ -33,9 +33,10 @@ type Buffer struct {
 	Length   uint64 // bytes
 	Location string // "cpu:0", "cuda:0", or "*" (upstream's location tag)
 	Remote   bool   // visible to peers (upstream remote_accessible)
-	// ReadOnly: peers may only read it (AddReadOnly); a peer's WRITE, or
-	// this process's own request that writes it as its segment's target,
-	// fails with ErrReadOnly. Always Remote.
+	// ReadOnly: peers may only read it (AddReadOnly): ResolveWrite
+	// refuses it with ErrReadOnly, so a peer's WRITE is refused (the
+	// peer sees ErrRejected) and this process's own request that writes
+	// it as its segment's target fails with ErrReadOnly. Always Remote.
 	ReadOnly bool
 	// Device is set for device (GPU) memory added with AddDevice: Addr is
 	// a device address, Location is "cuda:N", and there are no host bytes.
@@ -64,14 +65,15 @@ func (r *Registry) Add(buf []byte, location string, remote bool) (Buffer, error)
 	return r.add(buf, nil, location, remote, false)
 }
 
-// AddReadOnly registers buf remote-accessible for reading only: a
-// peer's WRITE (ResolveWrite), or this process's own request that writes
-// it as its segment's target, fails with ErrReadOnly, so buf may be
-// memory that peers must not change or that is mapped without write
-// permission (a file mapped PROT_READ, which a write would fault on). As
-// a local buffer (the source or destination of this process's own
-// requests) it is used as any other. It is never a memory region, so the
-// shm transport does not hand it to same-host peers to map. Errors as Add.
+// AddReadOnly registers buf remote-accessible for reading only:
+// ResolveWrite refuses it with ErrReadOnly (a peer's WRITE, this
+// process's own request that writes it as its segment's target), so buf
+// may be memory that peers must not change or that is mapped without
+// write permission (a file mapped PROT_READ, which a write would fault
+// on). As a local buffer (the source or destination of this process's own
+// requests) it is used as any other: a READ into it writes it. It is
+// never a memory region, so the shm transport does not hand it to
+// same-host peers to map. Errors as Add.
 func (r *Registry) AddReadOnly(buf []byte, location string) (Buffer, error) {
 	return r.add(buf, nil, location, true, true)
 }

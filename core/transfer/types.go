@@ -22,7 +22,9 @@ var (
 	ErrSegmentNotFound = errors.New("transfer: segment not found")
 	// ErrInvalidBatch is returned for a batch id that was never allocated or was freed.
 	ErrInvalidBatch = errors.New("transfer: invalid batch")
-	// ErrRejected is returned when the target refused a request (its range is not registered there).
+	// ErrRejected is returned when the target refused a request (its range
+	// is not registered there, or is registered read-only and the request
+	// writes it).
 	ErrRejected = errors.New("transfer: rejected by target")
 	// ErrClosed is returned by calls on a closed engine, transport or peer.
 	ErrClosed = errors.New("transfer: closed")
