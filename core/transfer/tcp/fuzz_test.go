@@ -159,15 +159,7 @@ func (ft *fzTarget) note(format string, args ...any) {
 // Resolve implements transfer.Target: the registry's answer, checked.
 func (ft *fzTarget) Resolve(addr, n uint64) ([]byte, error) {
 	b, err := ft.reg.Resolve(addr, n)
-	in := inside(addr, n, ft.base, fzPage)
-	switch {
-	case err == nil && !in:
-		ft.note("Resolve(%#x, %d) accepted a range outside A", addr, n)
-	case err == nil && (memory.AddrOf(b) != addr || uint64(len(b)) != n || uint64(cap(b)) != n):
-		ft.note("Resolve(%#x, %d) returned [%#x,+%d) cap %d", addr, n, memory.AddrOf(b), len(b), cap(b))
-	case err != nil && in:
-		ft.note("Resolve(%#x, %d) refused a range inside A: %v", addr, n, err)
-	}
+	ft.checkHost("Resolve", addr, n, b, err)
 	return b, err
 }
 
@@ -175,16 +167,23 @@ func (ft *fzTarget) Resolve(addr, n uint64) ([]byte, error) {
 // as Resolve's (A is writable).
 func (ft *fzTarget) ResolveWrite(addr, n uint64) ([]byte, error) {
 	b, err := ft.reg.ResolveWrite(addr, n)
+	ft.checkHost("ResolveWrite", addr, n, b, err)
+	return b, err
+}
+
+// checkHost holds the registry's answer (b, err) to call(addr, n)
+// against the reference: exactly the range asked for, inside A, and
+// every range inside A accepted.
+func (ft *fzTarget) checkHost(call string, addr, n uint64, b []byte, err error) {
 	in := inside(addr, n, ft.base, fzPage)
 	switch {
 	case err == nil && !in:
-		ft.note("ResolveWrite(%#x, %d) accepted a range outside A", addr, n)
+		ft.note("%s(%#x, %d) accepted a range outside A", call, addr, n)
 	case err == nil && (memory.AddrOf(b) != addr || uint64(len(b)) != n || uint64(cap(b)) != n):
-		ft.note("ResolveWrite(%#x, %d) returned [%#x,+%d) cap %d", addr, n, memory.AddrOf(b), len(b), cap(b))
+		ft.note("%s(%#x, %d) returned [%#x,+%d) cap %d", call, addr, n, memory.AddrOf(b), len(b), cap(b))
 	case err != nil && in:
-		ft.note("ResolveWrite(%#x, %d) refused a range inside A: %v", addr, n, err)
+		ft.note("%s(%#x, %d) refused a range inside A: %v", call, addr, n, err)
 	}
-	return b, err
 }
 
 // ResolveDevice implements transfer.DeviceTarget: the registry's answer,

@@ -11,6 +11,58 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// readerPipes are the connections the frameReader tests read through: a
+// real TCP socket (the readv path) and net.Pipe (plain reads). Each
+// returns the reading end, then the writing end.
+var readerPipes = map[string]func(t *testing.T) (net.Conn, net.Conn){
+	"tcp": func(t *testing.T) (net.Conn, net.Conn) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		c, err := net.Dial("tcp", l.Addr().String())
+		require.NoError(t, err)
+		s, err := l.Accept()
+		require.NoError(t, err)
+		return c, s
+	},
+	"pipe": func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() },
+}
+
+// framedStream returns a stream of 8-byte status frames (statusMagic|i)
+// each followed by a random payload of sizes[i] bytes, and a trailing
+// frame statusMagic|0xFF; and the payloads.
+func framedStream(r *rand.Rand, sizes []int) (stream []byte, payloads [][]byte) {
+	for i, n := range sizes {
+		stream = binary.LittleEndian.AppendUint64(stream, statusMagic|uint64(i))
+		p := make([]byte, n)
+		for j := range p {
+			p[j] = byte(r.Uint32())
+		}
+		payloads = append(payloads, p)
+		stream = append(stream, p...)
+	}
+	return binary.LittleEndian.AppendUint64(stream, statusMagic|0xFF), payloads
+}
+
+// dribble writes stream to wc in uneven writes of 1 to most bytes, so
+// reads see partial frames and payloads, then closes wc; the channel
+// gets the first write error or Close's result.
+func dribble(wc net.Conn, stream []byte, r *rand.Rand, most int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for off := 0; off < len(stream); {
+			n := min(len(stream)-off, 1+r.IntN(most))
+			if _, err := wc.Write(stream[off : off+n]); err != nil {
+				done <- err
+				return
+			}
+			off += n
+		}
+		done <- wc.Close()
+	}()
+	return done
+}
+
 // TestReadFullV streams status frames each followed by a payload and
 // reads them as the initiator's reader does (next for the frame,
 // readFullV for the payload) into scatter lists of tiny, odd and large
@@ -27,54 +79,21 @@ func TestReadFullV(t *testing.T) {
 		many = append(many, 1+r.IntN(40))
 	}
 	layouts = append(layouts, many)
-	var stream []byte
-	var payloads [][]byte
-	for i, l := range layouts {
-		stream = binary.LittleEndian.AppendUint64(stream, statusMagic|uint64(i))
+	var sizes []int
+	for _, l := range layouts {
 		n := 0
 		for _, k := range l {
 			n += k
 		}
-		p := make([]byte, n)
-		for j := range p {
-			p[j] = byte(r.Uint32())
-		}
-		payloads = append(payloads, p)
-		stream = append(stream, p...)
+		sizes = append(sizes, n)
 	}
-	stream = binary.LittleEndian.AppendUint64(stream, statusMagic|0xFF) // trailing frame
+	stream, payloads := framedStream(r, sizes)
 
-	pipes := map[string]func(t *testing.T) (net.Conn, net.Conn){
-		"tcp": func(t *testing.T) (net.Conn, net.Conn) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer l.Close()
-			c, err := net.Dial("tcp", l.Addr().String())
-			require.NoError(t, err)
-			s, err := l.Accept()
-			require.NoError(t, err)
-			return c, s
-		},
-		"pipe": func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() },
-	}
-	for name, mk := range pipes {
+	for name, mk := range readerPipes {
 		t.Run(name, func(t *testing.T) {
 			rc, wc := mk(t)
 			defer rc.Close()
-			done := make(chan error, 1)
-			go func() {
-				// Dribble the stream in uneven writes so reads see partial
-				// frames and payloads.
-				for off := 0; off < len(stream); {
-					n := min(len(stream)-off, 1+r.IntN(9000))
-					if _, err := wc.Write(stream[off : off+n]); err != nil {
-						done <- err
-						return
-					}
-					off += n
-				}
-				done <- wc.Close()
-			}()
+			done := dribble(wc, stream, r, 9000)
 			fr := newFrameReader(rc, clientReadBuffer, statusLen)
 			for i, l := range layouts {
 				st, err := fr.next(statusLen)
@@ -110,50 +129,14 @@ func TestReadFullV(t *testing.T) {
 func TestReadTarget(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	sizes := []int{1, 100, streamMin - 1, streamMin, streamMin + 1, 3*bounceSize + 5, 1 << 20, 2*bounceSize - 1}
-	var stream []byte
-	var payloads [][]byte
-	for i, n := range sizes {
-		stream = binary.LittleEndian.AppendUint64(stream, statusMagic|uint64(i))
-		p := make([]byte, n)
-		for j := range p {
-			p[j] = byte(r.Uint32())
-		}
-		payloads = append(payloads, p)
-		stream = append(stream, p...)
-	}
-	stream = binary.LittleEndian.AppendUint64(stream, statusMagic|0xFF) // trailing frame
-	stream = append(stream, make([]byte, 1000)...)                      // then a payload that ends early
+	stream, payloads := framedStream(r, sizes)
+	stream = append(stream, make([]byte, 1000)...) // then a payload that ends early
 
-	pipes := map[string]func(t *testing.T) (net.Conn, net.Conn){
-		"tcp": func(t *testing.T) (net.Conn, net.Conn) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			defer l.Close()
-			c, err := net.Dial("tcp", l.Addr().String())
-			require.NoError(t, err)
-			s, err := l.Accept()
-			require.NoError(t, err)
-			return c, s
-		},
-		"pipe": func(t *testing.T) (net.Conn, net.Conn) { return net.Pipe() },
-	}
-	for name, mk := range pipes {
+	for name, mk := range readerPipes {
 		t.Run(name, func(t *testing.T) {
 			rc, wc := mk(t)
 			defer rc.Close()
-			done := make(chan error, 1)
-			go func() {
-				// Uneven writes, so reads see partial frames and chunks.
-				for off := 0; off < len(stream); {
-					n := min(len(stream)-off, 1+r.IntN(90000))
-					if _, err := wc.Write(stream[off : off+n]); err != nil {
-						done <- err
-						return
-					}
-					off += n
-				}
-				done <- wc.Close()
-			}()
+			done := dribble(wc, stream, r, 90000)
 			fr := newFrameReader(rc, serverReadBuffer, statusLen)
 			for i, n := range sizes {
 				st, err := fr.next(statusLen)
