@@ -2,7 +2,6 @@ package transfer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -191,10 +190,7 @@ func (e *Engine) execute(ctx context.Context, r Request) error {
 		return e.executeDevice(ctx, r, mem{dev: d.Device, addr: d.Addr})
 	}
 	if r.Target == LocalSegment {
-		remote, err := e.resolveFor(r)
-		if errors.Is(err, ErrReadOnly) {
-			return fmt.Errorf("local target: %w", err)
-		}
+		remote, err := ResolveFor(&e.reg, r.Op, r.TargetOffset, r.Length)
 		if err != nil {
 			return e.localCopy(r, mem{host: local})
 		}
@@ -249,10 +245,7 @@ func (e *Engine) executeV(ctx context.Context, r Request) error {
 		return e.executePieces(ctx, r)
 	}
 	if r.Target == LocalSegment {
-		remote, err := e.resolveFor(r)
-		if errors.Is(err, ErrReadOnly) {
-			return fmt.Errorf("local target: %w", err)
-		}
+		remote, err := ResolveFor(&e.reg, r.Op, r.TargetOffset, r.Length)
 		if err != nil {
 			if _, derr := e.reg.ResolveDevice(r.TargetOffset, r.Length); derr != nil {
 				return fmt.Errorf("local target: %w", err)
@@ -353,21 +346,11 @@ func (e *Engine) executeDevice(ctx context.Context, r Request, lm mem) error {
 	return nil
 }
 
-// resolveFor resolves r's range of the engine's own segment as a peer's
-// request would be (remote-accessible buffers; not a read-only one for a
-// WRITE).
-func (e *Engine) resolveFor(r Request) ([]byte, error) {
-	if r.Op == Write {
-		return e.reg.ResolveWrite(r.TargetOffset, r.Length)
-	}
-	return e.reg.Resolve(r.TargetOffset, r.Length)
-}
-
 // localCopy performs a request on the engine's own segment when either
 // side is device memory, with the matching cudaMemcpy kind.
 func (e *Engine) localCopy(r Request, lm mem) error {
 	var rm mem
-	if b, err := e.resolveFor(r); err == nil {
+	if b, err := ResolveFor(&e.reg, r.Op, r.TargetOffset, r.Length); err == nil {
 		rm = mem{host: b}
 	} else if d, derr := e.reg.ResolveDevice(r.TargetOffset, r.Length); derr == nil {
 		rm = mem{dev: d.Device, addr: d.Addr}

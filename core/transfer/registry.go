@@ -27,6 +27,16 @@ type Target interface {
 	ResolveWrite(addr, length uint64) ([]byte, error)
 }
 
+// ResolveFor resolves [addr, addr+length) on t for a request of op, as a
+// target serves it: with ResolveWrite for a WRITE (it lands in the range,
+// so a read-only buffer is refused), else with Resolve. Errors: t's.
+func ResolveFor(t Target, op Opcode, addr, length uint64) ([]byte, error) {
+	if op == Write {
+		return t.ResolveWrite(addr, length)
+	}
+	return t.Resolve(addr, length)
+}
+
 // Buffer is one registered range.
 type Buffer struct {
 	Addr     uint64 // virtual address of the first byte

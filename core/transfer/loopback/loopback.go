@@ -149,13 +149,7 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, addr ui
 		<-ctx.Done()
 		return fmt.Errorf("%w: dropped %s to %q: %v", ErrInjected, op, p.to, ctx.Err())
 	}
-	var buf []byte
-	var err error
-	if op == transfer.Write {
-		buf, err = target.ResolveWrite(addr, uint64(len(local))) // refuses read-only buffers
-	} else {
-		buf, err = target.Resolve(addr, uint64(len(local)))
-	}
+	buf, err := transfer.ResolveFor(target, op, addr, uint64(len(local)))
 	if err != nil {
 		return fmt.Errorf("%w: %v", transfer.ErrRejected, err)
 	}

@@ -159,13 +159,7 @@ func serve(c net.Conn, target transfer.Target) {
 		op := hdr[16]
 		v2 := op&protoV2 != 0
 		op &^= protoV2
-		var buf []byte
-		var rerr error
-		if transfer.Opcode(op) == transfer.Write {
-			buf, rerr = target.ResolveWrite(addr, size) // refuses read-only buffers
-		} else {
-			buf, rerr = target.Resolve(addr, size)
-		}
+		buf, rerr := transfer.ResolveFor(target, transfer.Opcode(op), addr, size)
 		if rerr != nil && dt != nil {
 			if dr, err := dt.ResolveDevice(addr, size); err == nil {
 				if !serveDevice(s, dr, transfer.Opcode(op), v2) {
