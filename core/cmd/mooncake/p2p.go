@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,17 +89,6 @@ func mapFile(path string) ([]byte, error) {
 	return syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
 }
 
-// shardCount is how many shards p2p.Store.Register cuts bufs into with
-// shards of at most ss bytes: each buffer on its own, its last shard
-// possibly shorter.
-func shardCount(bufs [][]byte, ss int64) int64 {
-	var n int64
-	for _, b := range bufs {
-		n += (int64(len(b)) + ss - 1) / ss
-	}
-	return n
-}
-
 func p2pSeedCmd() *cobra.Command {
 	var f p2pFlags
 	var name, shardSize string
@@ -142,8 +132,13 @@ func p2pSeedCmd() *cobra.Command {
 			if err := s.Register(ctx, name, bufs, uint64(ss), "cpu:0", p2p.WithLabels(labels...)); err != nil {
 				return &exitError{1, "mooncake p2p seed: " + err.Error()}
 			}
-			fmt.Fprintf(os.Stderr, "seeding %q: %d file(s), %s in %d shard(s) as segment %s (checksummed in %v); Ctrl-C to stop\n",
-				name, len(files), geometry.FormatSize(total), shardCount(bufs, ss), s.Name(), time.Since(start).Round(time.Millisecond))
+			took := time.Since(start).Round(time.Millisecond)
+			shards := "?" // the count as registered; unknown if etcd does not answer now
+			if info, err := s.Info(ctx, name); err == nil {
+				shards = strconv.Itoa(info.Shards)
+			}
+			fmt.Fprintf(os.Stderr, "seeding %q: %d file(s), %s in %s shard(s) as segment %s (checksummed in %v); Ctrl-C to stop\n",
+				name, len(files), geometry.FormatSize(total), shards, s.Name(), took)
 			<-ctx.Done()
 			uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
