@@ -195,13 +195,11 @@ func (f *frameReader) readStreamed(p []byte) (int, error) {
 	filled := 0
 	for filled < len(p) {
 		chunk := b[:min(len(p)-filled, bounceSize)]
-		var n int
-		var err error
+		var ahead []byte // the next frame's fixed part, read with the last chunk
 		if filled+len(chunk) == len(p) {
-			n, err = f.read(chunk, f.buf[:f.ahead])
-		} else {
-			n, err = f.read(chunk, nil)
+			ahead = f.buf[:f.ahead]
 		}
+		n, err := f.read(chunk, ahead)
 		if n == 0 {
 			return filled, err
 		}
