@@ -34,19 +34,25 @@ const fzPage = 4096
 // an error, never a hang.
 const fzCallLimit = 10 * time.Second
 
-// The fuzzed target's memory, one slab of five pages:
+// The fuzzed target's memory, one slab of pages:
 //
-//	page 0 guard | 1 A (remote) | 2 guard | 3 B (local only) | 4 guard
+//	page 0 guard | 1 A (remote) | 2 guard | 3 B (local only) | 4 guard |
+//	5.. R (remote, read-only) | guard | L (remote) | guard
 //
 // plus D, a page of fake device memory registered at the address of page
 // 4 (device addresses are their own space; a bug that took D for host
-// memory would write into the guard). Fuzzed addresses are relative to
-// A's first byte (see rebase).
+// memory would write into the guard). R and L are a page each for
+// FuzzServe, and fzLarge bytes for FuzzServeLarge, enough for a WRITE's
+// payload to take the server's streaming path (readStreamed: at least
+// streamMin bytes beyond the read-ahead buffer). R must refuse every
+// WRITE and serve READs. Fuzzed addresses are relative to A's first byte
+// (see rebase).
 const (
-	fzAOff = 1 * fzPage
-	fzBOff = 3 * fzPage
-	fzDOff = 4 * fzPage
-	fzSlab = 5 * fzPage
+	fzAOff  = 1 * fzPage
+	fzBOff  = 3 * fzPage
+	fzDOff  = 4 * fzPage
+	fzROff  = 5 * fzPage
+	fzLarge = ((streamMin+serverReadBuffer)/fzPage + 8) * fzPage
 )
 
 // fzRuntime is a transfer.DeviceRuntime over one page of host memory at
@@ -107,24 +113,36 @@ func (r *fzRuntime) OpenIPC(int, string) (uint64, func() error, error) {
 // so that every range the registry hands out is checked against a naive
 // reference of what is registered.
 type fzTarget struct {
-	reg  transfer.Registry
-	slab *memory.Region
-	base uint64 // address of A's first byte
-	dev  *fzRuntime
-	mu   sync.Mutex
-	bad  []string
+	reg   transfer.Registry
+	slab  *memory.Region
+	base  uint64 // address of A's first byte
+	dev   *fzRuntime
+	size  int    // bytes of R and of L
+	lOff  int    // offset of L in the slab (R's is fzROff)
+	ro    uint64 // address of R's first byte
+	large uint64 // address of L's first byte
+	init  []byte // the slab's initial bytes (fill)
+	mu    sync.Mutex
+	bad   []string
 }
 
-func newFzTarget(tb testing.TB) *fzTarget {
-	slab, err := memory.Map(fzSlab)
+// newFzTarget maps and registers the fuzzed target's slab, with R and L
+// of size bytes (a multiple of fzPage) each.
+func newFzTarget(tb testing.TB, size int) *fzTarget {
+	lOff := fzROff + size + fzPage
+	slab, err := memory.Map(lOff + size + fzPage)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { slab.Close() })
-	ft := &fzTarget{slab: slab, base: slab.Addr() + fzAOff}
+	ft := &fzTarget{slab: slab, base: slab.Addr() + fzAOff, size: size, lOff: lOff, ro: slab.Addr() + fzROff, large: slab.Addr() + uint64(lOff)}
 	ft.dev = &fzRuntime{base: slab.Addr() + fzDOff, mem: make([]byte, fzPage)}
 	b := slab.Bytes()
 	_, err = ft.reg.Add(b[fzAOff:fzAOff+fzPage], "cpu:0", true)
 	require.NoError(tb, err)
 	_, err = ft.reg.Add(b[fzBOff:fzBOff+fzPage], "cpu:0", false)
+	require.NoError(tb, err)
+	_, err = ft.reg.AddReadOnly(b[fzROff:fzROff+size], "cpu:0")
+	require.NoError(tb, err)
+	_, err = ft.reg.Add(b[lOff:lOff+size], "cpu:0", true)
 	require.NoError(tb, err)
 	_, err = ft.reg.AddDevice(ft.dev, ft.dev.base, fzPage, 0, true, "")
 	require.NoError(tb, err)
@@ -134,10 +152,13 @@ func newFzTarget(tb testing.TB) *fzTarget {
 // fill gives the slab and the device page their initial bytes: a pattern
 // that differs per page, so a byte out of place shows.
 func (ft *fzTarget) fill() {
-	b := ft.slab.Bytes()
-	for i := range b {
-		b[i] = byte(i*7 + i/fzPage)
+	if ft.init == nil {
+		ft.init = make([]byte, len(ft.slab.Bytes()))
+		for i := range ft.init {
+			ft.init[i] = byte(i*7 + i/fzPage)
+		}
 	}
+	copy(ft.slab.Bytes(), ft.init)
 	for i := range ft.dev.mem {
 		ft.dev.mem[i] = byte(i*13 + 5)
 	}
@@ -159,30 +180,44 @@ func (ft *fzTarget) note(format string, args ...any) {
 // Resolve implements transfer.Target: the registry's answer, checked.
 func (ft *fzTarget) Resolve(addr, n uint64) ([]byte, error) {
 	b, err := ft.reg.Resolve(addr, n)
-	ft.checkHost("Resolve", addr, n, b, err)
+	ft.checkHost("Resolve", addr, n, b, err, true)
 	return b, err
 }
 
 // ResolveWrite implements transfer.Target: the registry's answer, checked
-// as Resolve's (A is writable).
+// as Resolve's except that R (read-only) must be refused.
 func (ft *fzTarget) ResolveWrite(addr, n uint64) ([]byte, error) {
 	b, err := ft.reg.ResolveWrite(addr, n)
-	ft.checkHost("ResolveWrite", addr, n, b, err)
+	ft.checkHost("ResolveWrite", addr, n, b, err, false)
 	return b, err
 }
 
+// writable reports whether [addr, addr+n) lies inside A or L, the
+// regions a peer may write; readable adds R.
+func (ft *fzTarget) writable(addr, n uint64) bool {
+	return inside(addr, n, ft.base, fzPage) || inside(addr, n, ft.large, uint64(ft.size))
+}
+
+func (ft *fzTarget) readable(addr, n uint64) bool {
+	return ft.writable(addr, n) || inside(addr, n, ft.ro, uint64(ft.size))
+}
+
 // checkHost holds the registry's answer (b, err) to call(addr, n)
-// against the reference: exactly the range asked for, inside A, and
-// every range inside A accepted.
-func (ft *fzTarget) checkHost(call string, addr, n uint64, b []byte, err error) {
-	in := inside(addr, n, ft.base, fzPage)
+// against the reference: exactly the range asked for, inside a region
+// the call may reach (A or L; R too when read), and every such range
+// accepted.
+func (ft *fzTarget) checkHost(call string, addr, n uint64, b []byte, err error, read bool) {
+	in := ft.writable(addr, n)
+	if read {
+		in = ft.readable(addr, n)
+	}
 	switch {
 	case err == nil && !in:
-		ft.note("%s(%#x, %d) accepted a range outside A", call, addr, n)
+		ft.note("%s(%#x, %d) accepted a range outside the regions it may reach", call, addr, n)
 	case err == nil && (memory.AddrOf(b) != addr || uint64(len(b)) != n || uint64(cap(b)) != n):
 		ft.note("%s(%#x, %d) returned [%#x,+%d) cap %d", call, addr, n, memory.AddrOf(b), len(b), cap(b))
 	case err != nil && in:
-		ft.note("%s(%#x, %d) refused a range inside A: %v", call, addr, n, err)
+		ft.note("%s(%#x, %d) refused a range it may reach: %v", call, addr, n, err)
 	}
 }
 
@@ -225,10 +260,19 @@ func rebase(stream []byte, delta uint64) []byte {
 	return out
 }
 
+// fzRef is one region of the reference server's memory: its address,
+// its bytes (updated in place), and whether it is device memory or
+// read-only to peers.
+type fzRef struct {
+	base             uint64
+	mem              []byte
+	device, readOnly bool
+}
+
 // expectServe is the reference server: the bytes serve must answer to
 // stream (absolute addresses) and the memory it leaves, given the initial
-// contents of A and D (updated in place).
-func expectServe(stream []byte, base, devBase uint64, a, d []byte) []byte {
+// contents of the remote-accessible regions refs (updated in place).
+func expectServe(stream []byte, refs []fzRef) []byte {
 	var out []byte
 	status := func(code uint64) { out = binary.LittleEndian.AppendUint64(out, statusMagic|code) }
 	for pos := 0; len(stream)-pos >= headerLen; {
@@ -240,11 +284,11 @@ func expectServe(stream []byte, base, devBase uint64, a, d []byte) []byte {
 		pos += headerLen
 		var mem []byte // the registered bytes of the request, nil if refused
 		device := false
-		switch {
-		case inside(addr, size, base, fzPage):
-			mem = a[addr-base : addr-base+size]
-		case inside(addr, size, devBase, fzPage):
-			mem, device = d[addr-devBase:addr-devBase+size], true
+		for _, r := range refs {
+			if inside(addr, size, r.base, uint64(len(r.mem))) && !(r.readOnly && op == transfer.Write) {
+				mem, device = r.mem[addr-r.base:addr-r.base+size], r.device
+				break
+			}
 		}
 		rest := uint64(len(stream) - pos)
 		switch op {
@@ -366,55 +410,115 @@ func recordTCP(tb testing.TB) []wiretap.Recording {
 // device page's bounds are checked), every range the registry resolves
 // inside a registered region, and serve returning within fzCallLimit.
 func FuzzServe(f *testing.F) {
+	ft := newFzTarget(f, fzPage)
+	lRel := uint64(ft.lOff - fzAOff) // L's first byte, as seeds address it
 	for _, r := range recordTCP(f) {
 		f.Add(r.Up)
 	}
-	hdr := func(size, off uint64, op byte) []byte {
-		h := make([]byte, headerLen)
-		binary.LittleEndian.PutUint64(h[0:], size)
-		binary.LittleEndian.PutUint64(h[8:], off)
-		h[16] = op
-		return h
-	}
+	hdr := fzHeader
 	w, r := byte(transfer.Write)|protoV2, byte(transfer.Read)|protoV2
-	f.Add(hdr(8, fzDOff-fzAOff, w))                                     // device page
-	f.Add(append(hdr(16, fzBOff-fzAOff, w), make([]byte, 16)...))       // local-only region
-	f.Add(hdr(math.MaxUint64, 0, w))                                    // a payload no peer can send
-	f.Add(append(hdr(1<<63, math.MaxUint64, w), hdr(4, 0, r)...))       // rejected, unsendable
-	f.Add(append(hdr(4, 0, byte(transfer.Write)), 1, 2, 3, 4, 0, 0, 0)) // v1, short trailer
-	f.Add(hdr(4, 0, 0x7f))                                              // unknown opcode
-	f.Add(hdr(0, 0, r))                                                 // empty read
+	f.Add(hdr(8, fzDOff-fzAOff, w))                                                                      // device page
+	f.Add(append(hdr(16, fzBOff-fzAOff, w), make([]byte, 16)...))                                        // local-only region
+	f.Add(hdr(math.MaxUint64, 0, w))                                                                     // a payload no peer can send
+	f.Add(append(hdr(1<<63, math.MaxUint64, w), hdr(4, 0, r)...))                                        // rejected, unsendable
+	f.Add(append(hdr(4, 0, byte(transfer.Write)), 1, 2, 3, 4, 0, 0, 0))                                  // v1, short trailer
+	f.Add(hdr(4, 0, 0x7f))                                                                               // unknown opcode
+	f.Add(hdr(0, 0, r))                                                                                  // empty read
+	f.Add(append(append(hdr(4, fzROff-fzAOff+8, w), 1, 2, 3, 4), hdr(16, fzROff-fzAOff, r)...))          // read-only R: refused, then read
+	f.Add(append(hdr(4, fzROff-fzAOff, byte(transfer.Write)), 1, 2, 3, 4))                               // v1 into R: dropped
+	f.Add(append(append(hdr(8, lRel+fzPage-8, w), 1, 2, 3, 4, 5, 6, 7, 8), hdr(8, lRel+fzPage-4, r)...)) // L's end
 
-	ft := newFzTarget(f)
-	f.Fuzz(func(t *testing.T, rel []byte) {
-		ft.fill()
-		slab := ft.slab.Bytes()
-		a := bytes.Clone(slab[fzAOff : fzAOff+fzPage])
-		d := bytes.Clone(ft.dev.mem)
-		before := bytes.Clone(slab)
-		stream := rebase(rel, ft.base)
-		want := expectServe(stream, ft.base, ft.dev.base, a, d)
-		got := serveStream(t, ft, stream)
-		require.Empty(t, ft.bad, "registry checks")
-		require.Empty(t, ft.dev.bad, "device copies")
-		if !bytes.Equal(got, want) {
-			i := 0
-			for i < len(got) && i < len(want) && got[i] == want[i] {
-				i++
+	f.Fuzz(func(t *testing.T, rel []byte) { ft.check(t, rebase(rel, ft.base)) })
+}
+
+// fzHeader is a request header of size bytes at off (relative to A's
+// first byte, as rebase takes it) with opcode byte op.
+func fzHeader(size, off uint64, op byte) []byte {
+	h := make([]byte, headerLen)
+	binary.LittleEndian.PutUint64(h[0:], size)
+	binary.LittleEndian.PutUint64(h[8:], off)
+	h[16] = op
+	return h
+}
+
+// FuzzServeLarge is FuzzServe with one large request in the middle of the
+// stream, so that a WRITE's payload reaches the server's streaming path
+// (readStreamed, on L) without fuzzed inputs of 64 KiB and more (the
+// fuzzer's minimizing of such an input stalls it for a minute): before
+// and after are frames as FuzzServe takes them; the middle request has
+// opcode op, size bytes (at most L's size + 2 pages) at off (counted
+// from R's first byte to a page past L's end), and a WRITE carries a
+// patterned payload cut to cut bytes (the stream then ends) when
+// cut < size.
+func FuzzServeLarge(f *testing.F) {
+	ft := newFzTarget(f, fzLarge)
+	lRel := uint64(ft.lOff - fzAOff) // L's first byte, as seeds address it
+	w, r := byte(transfer.Write)|protoV2, byte(transfer.Read)|protoV2
+	size := uint32(fzLarge - 4)
+	l := uint32(ft.lOff - fzROff)                                                                 // off of L's first byte
+	f.Add([]byte{}, l+3, size, w, size, fzHeader(uint64(size), lRel+3, r))                        // fill L, read it back
+	f.Add([]byte{}, l+3, size, w, uint32(streamMin+serverReadBuffer+100), []byte{})               // cut short in the second chunk
+	f.Add([]byte{}, l+fzLarge-100, size, w, size, fzHeader(fzPage, lRel, r))                      // past L's end: refused, drained
+	f.Add(fzHeader(8, 0, w), l, uint32(fzLarge), byte(transfer.Write), uint32(fzLarge), []byte{}) // v1, all of L
+	f.Add([]byte{}, uint32(0), size, w, size, fzHeader(fzPage, fzROff-fzAOff, r))                 // into R, read-only: refused, drained
+	f.Add([]byte{}, l+1, size, byte(transfer.Read), uint32(0), fzHeader(4, 0, w))                 // v1 READ of L
+	f.Fuzz(func(t *testing.T, before []byte, off, size uint32, op byte, cut uint32, after []byte) {
+		size %= fzLarge + 2*fzPage + 1
+		// off counts from R's first byte to a page past L's end, so
+		// that R (read-only) and the guards around L are addressed too.
+		addr := ft.ro + uint64(off%uint32(ft.lOff-fzROff+fzLarge+fzPage))
+		stream := rebase(before, ft.base)
+		h := fzHeader(uint64(size), addr, op)
+		stream = append(stream, h...)
+		if transfer.Opcode(op&^protoV2) == transfer.Write {
+			payload := make([]byte, size)
+			for i := range payload {
+				payload[i] = byte(i*31 + 1)
 			}
-			t.Fatalf("answer differs from the reference at byte %d: got %d bytes, want %d", i, len(got), len(want))
-		}
-		for off := 0; off < fzSlab; off += fzPage {
-			page := slab[off : off+fzPage]
-			switch off {
-			case fzAOff:
-				require.True(t, bytes.Equal(a, page), "region A differs from the reference")
-			default:
-				require.True(t, bytes.Equal(before[off:off+fzPage], page), "page %d (not remote-accessible) was written", off/fzPage)
+			if cut < size {
+				ft.check(t, append(stream, payload[:cut]...))
+				return
 			}
+			stream = append(stream, payload...)
 		}
-		require.True(t, bytes.Equal(d, ft.dev.mem), "device page differs from the reference")
+		ft.check(t, append(stream, rebase(after, ft.base)...))
 	})
+}
+
+// check serves stream (absolute addresses) on ft and holds the answer
+// and every region's bytes to the reference server's (expectServe).
+func (ft *fzTarget) check(t *testing.T, stream []byte) {
+	ft.fill()
+	slab := ft.slab.Bytes()
+	a := bytes.Clone(slab[fzAOff : fzAOff+fzPage])
+	ro := bytes.Clone(slab[fzROff : fzROff+ft.size])
+	lo, hi := ft.lOff, ft.lOff+ft.size
+	large := bytes.Clone(slab[lo:hi])
+	d := bytes.Clone(ft.dev.mem)
+	want := expectServe(stream, []fzRef{
+		{base: ft.base, mem: a},
+		{base: ft.ro, mem: ro, readOnly: true},
+		{base: ft.large, mem: large},
+		{base: ft.dev.base, mem: d, device: true},
+	})
+	got := serveStream(t, ft, stream)
+	require.Empty(t, ft.bad, "registry checks")
+	require.Empty(t, ft.dev.bad, "device copies")
+	if !bytes.Equal(got, want) {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		t.Fatalf("answer differs from the reference at byte %d: got %d bytes, want %d", i, len(got), len(want))
+	}
+	before := ft.init
+	require.True(t, bytes.Equal(a, slab[fzAOff:fzAOff+fzPage]), "region A differs from the reference")
+	require.True(t, bytes.Equal(large, slab[lo:hi]), "region L differs from the reference")
+	require.True(t, bytes.Equal(before[:fzAOff], slab[:fzAOff]), "guard page 0 was written")
+	require.True(t, bytes.Equal(before[fzAOff+fzPage:lo], slab[fzAOff+fzPage:lo]),
+		"pages between A and L (guards, local-only B, read-only R) were written")
+	require.True(t, bytes.Equal(before[hi:], slab[hi:]), "the guard after L was written")
+	require.True(t, bytes.Equal(d, ft.dev.mem), "device page differs from the reference")
 }
 
 // fzReplier is a fake target: every connection it accepts is answered
