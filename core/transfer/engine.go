@@ -254,9 +254,12 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 // this process's own requests it is used as any other buffer: a READ into
 // it writes it, which on memory mapped without write permission faults,
 // so the caller must not do that. Same-host peers reach it over tcp, not
-// shm (it is not a memory region). Over RDMA the flag is not enforced: a
-// peer's rkey grants writes where the memory is writable (memory mapped
-// without write permission cannot be registered for RDMA at all).
+// shm (it is not a memory region). Over RDMA the target registers it for
+// remote reads only: the peer's WRITE fails with ErrRejected before it is
+// posted (the target's NIC would refuse it too); memory mapped without
+// write permission is registered without local write access, so this
+// process's own RDMA READ into it fails with ErrInvalidArgument instead
+// of faulting (untested on RDMA hardware).
 // Errors as RegisterLocalMemory. Ours: upstream has no read-only
 // registration.
 func (e *Engine) RegisterReadOnlyMemory(ctx context.Context, buf []byte, location string) error {

@@ -53,9 +53,14 @@
 //     (one per target device); the target checks the range against its
 //     registered buffers (transfer.Target), so a peer can only obtain keys
 //     for remote-accessible memory, and registers the whole containing
-//     buffer when the Target can list its buffers (transfer.Registry can).
-//     The initiator registers its local buffers the same way. Keys are
-//     cached on both sides.
+//     buffer when the Target can list its buffers (transfer.Registry can),
+//     for remote reads and writes, or for remote reads only where peers
+//     may only read it (a read-only registration: the answer says so and
+//     the initiator refuses WRITEs to it with transfer.ErrRejected).
+//     Memory mapped read-only, which verbs refuse to register with write
+//     access, is registered without local write access (it can then not
+//     be an RDMA READ's destination). The initiator registers its local
+//     buffers the same way. Keys are cached on both sides.
 //   - A request is split into Config.SliceSize work requests (upstream
 //     MC_SLICE_SIZE), at most Config.MaxWR outstanding per QP, each
 //     signalled; the request's goroutines poll their QPs' completion

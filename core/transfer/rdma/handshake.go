@@ -54,6 +54,11 @@ type message struct {
 	// Location (opMR response) is the location tag of the target buffer
 	// ("cpu:0", "*"), which selects its entry in the target's matrix.
 	Location string `json:"location,omitempty"`
+	// ReadOnly (opMR response) says the region was registered for remote
+	// reads only (the target buffer is read-only to peers): the
+	// initiator refuses WRITEs to it with transfer.ErrRejected, and the
+	// target's NIC would refuse them too. Absent: reads and writes.
+	ReadOnly bool `json:"read_only,omitempty"`
 	// Matrix (opTopology response) is the target's priority matrix.
 	Matrix map[string][2][]string `json:"matrix,omitempty"`
 	// Release lists target QPs the initiator abandoned (opConnect
@@ -80,11 +85,23 @@ func checkMR(m *message, addr, n uint64) (region, error) {
 	if loc == "" {
 		loc = "*"
 	}
-	r := region{addr: m.Addr, length: m.Length, rkeys: m.RKeys, devices: m.Devices, location: loc, remote: true}
+	acc := accRemoteRead | accRemoteWrite
+	if m.ReadOnly {
+		acc = accRemoteRead
+	}
+	r := region{addr: m.Addr, length: m.Length, rkeys: m.RKeys, devices: m.Devices, location: loc, access: acc}
 	if !r.covers(addr, n) {
 		return region{}, fmt.Errorf("%w: target region [%#x,+%d) does not cover [%#x,+%d)", ErrHandshake, r.addr, r.length, addr, n)
 	}
 	return r, nil
+}
+
+// mrMessage is the opMR answer for the local region r, registered on
+// the devices named: its range, one rkey per device, location, and
+// whether peers may only read it.
+func mrMessage(r region, devices []string) *message {
+	return &message{Op: opMR, Addr: r.addr, Length: r.length, RKeys: r.rkeys, Devices: devices, Location: r.location,
+		ReadOnly: !r.access.has(accRemoteWrite)}
 }
 
 // writeMessage sends m as one line. Errors: the encoder's or writer's.

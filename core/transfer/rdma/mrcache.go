@@ -15,7 +15,7 @@ import (
 // (*C.struct_ibv_mr) in the rdma build, nil for peer regions.
 type region struct {
 	addr, length uint64
-	remote       bool   // registered with remote access
+	access       access // what the registration allows (a peer region: what the target granted)
 	location     string // the buffer's location tag ("cpu:0", "*"): selects its matrix entry
 	lkeys, rkeys []uint32
 	devices      []string // peer regions: device names, parallel to rkeys
@@ -32,6 +32,70 @@ func (r region) rkeyOn(dev string) (uint32, bool) {
 	return 0, false
 }
 
+// access is what a memory registration allows beyond the local reads
+// every registration allows: a set of the acc* bits, each mapping to one
+// ibv_access_flags bit (IBV_ACCESS_LOCAL_WRITE, _REMOTE_READ,
+// _REMOTE_WRITE). Upstream registers every buffer with all three.
+type access uint8
+
+const (
+	// accLocalWrite lets the NIC write the memory for this process: the
+	// destination of an RDMA READ. ibv_reg_mr refuses it (EFAULT) on a
+	// read-only mapping.
+	accLocalWrite access = 1 << iota
+	// accRemoteRead lets a peer holding the rkey read the memory.
+	accRemoteRead
+	// accRemoteWrite lets a peer holding the rkey write the memory; verbs
+	// require accLocalWrite with it.
+	accRemoteWrite
+)
+
+// has reports whether a allows everything need does.
+func (a access) has(need access) bool { return a&need == need }
+
+// remoteAccess is what a registration serving peers grants for a buffer
+// that peers may write (writable) or only read (a read-only
+// registration, transfer.Registry.AddReadOnly): the NIC then refuses a
+// peer's RDMA WRITE, as the tcp server refuses its WRITE frame.
+func remoteAccess(writable bool) access {
+	if writable {
+		return accLocalWrite | accRemoteRead | accRemoteWrite
+	}
+	return accLocalWrite | accRemoteRead
+}
+
+// mrGrant is what serveMR registers for a peer's rkey request on [addr,
+// addr+length) of target (grant, remoteAccess of whether peers may write
+// it) and what a registered region must allow to answer it (need: grant
+// less accLocalWrite, which a read-only mapping registers without).
+// Errors: target.Resolve's, for a range peers may not reach at all.
+func mrGrant(target transfer.Target, addr, length uint64) (grant, need access, err error) {
+	if _, err := target.Resolve(addr, length); err != nil {
+		return 0, 0, err
+	}
+	_, werr := target.ResolveWrite(addr, length)
+	grant = remoteAccess(werr == nil)
+	return grant, grant &^ accLocalWrite, nil
+}
+
+// registerWith registers with want through reg, and when that fails
+// while want asks for accLocalWrite but not accRemoteWrite, once more
+// without accLocalWrite: memory mapped read-only (a P2P seed's file) can
+// be registered only so, and then serves peers' reads and this process's
+// sends but cannot be an RDMA READ's destination. It returns the access
+// registered and reg's result; the error is the first attempt's.
+func registerWith[M any](want access, reg func(access) (M, error)) (M, access, error) {
+	m, err := reg(want)
+	if err == nil || !want.has(accLocalWrite) || want.has(accRemoteWrite) {
+		return m, want, err
+	}
+	less := want &^ accLocalWrite
+	if m2, err2 := reg(less); err2 == nil {
+		return m2, less, nil
+	}
+	return m, want, err
+}
+
 func (r region) covers(addr, length uint64) bool {
 	return addr >= r.addr && addr-r.addr <= r.length && length <= r.length-(addr-r.addr)
 }
@@ -46,13 +110,13 @@ type regionCache struct {
 	}
 }
 
-// find returns a region covering [addr, addr+length), with remote access if
-// remote is set.
-func (c *regionCache) find(addr, length uint64, remote bool) (region, bool) {
+// find returns a region covering [addr, addr+length) that allows at
+// least need.
+func (c *regionCache) find(addr, length uint64, need access) (region, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.mu.regions {
-		if r.covers(addr, length) && (r.remote || !remote) {
+		if r.covers(addr, length) && r.access.has(need) {
 			return r, true
 		}
 	}
@@ -66,7 +130,7 @@ func (c *regionCache) add(r region) (region, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.mu.regions {
-		if e.covers(r.addr, r.length) && (e.remote || !r.remote) {
+		if e.covers(r.addr, r.length) && e.access.has(r.access) {
 			return e, false
 		}
 	}

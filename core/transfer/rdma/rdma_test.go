@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -102,6 +103,7 @@ func TestMessageCodec(t *testing.T) {
 		{Op: opConnect, QP: &qpInfo{Device: "mlx5_0", LinkLayer: "Ethernet", LID: 0, GID: encodeGID([16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}), QPN: 0x1234, PSN: 0xabcdef, MTU: 5}, Dev: "mlx5_1", Release: []qpRef{{"mlx5_0", 7}, {"mlx5_1", 9}}},
 		{Op: opMR, Addr: 0x7f0000001000, Length: 1 << 20},
 		{Op: opMR, Addr: 0x7f0000000000, Length: 1 << 30, RKeys: []uint32{0xdeadbeef, 7}, Devices: []string{"mlx5_0", "mlx5_1"}, Location: "cpu:1"},
+		{Op: opMR, Addr: 0x7f0000000000, Length: 1 << 30, RKeys: []uint32{1, 2}, Devices: []string{"mlx5_0", "mlx5_1"}, Location: "cpu:0", ReadOnly: true},
 		{Op: opTopology},
 		{Op: opTopology, Devices: []string{"mlx5_0", "mlx5_1"}, Matrix: map[string][2][]string{"cpu:0": {{"mlx5_0"}, {"mlx5_1"}}, "cpu:1": {{"mlx5_1"}, {"mlx5_0"}}}},
 		{Op: opError, Code: codeRejected, Error: "transfer: address not registered: [0x10,+4)"},
@@ -166,42 +168,139 @@ func TestQPInfo(t *testing.T) {
 }
 
 func TestRegionCache(t *testing.T) {
+	const (
+		local    = accLocalWrite
+		remote   = accLocalWrite | accRemoteRead | accRemoteWrite
+		readOnly = accLocalWrite | accRemoteRead
+	)
 	var c regionCache
-	c.add(region{addr: 1000, length: 100, lkeys: []uint32{1}})
-	c.add(region{addr: 2000, length: 100, lkeys: []uint32{2}, rkeys: []uint32{22}, remote: true})
+	c.add(region{addr: 1000, length: 100, lkeys: []uint32{1}, access: local})
+	c.add(region{addr: 2000, length: 100, lkeys: []uint32{2}, rkeys: []uint32{22}, access: remote})
+	c.add(region{addr: 3000, length: 100, lkeys: []uint32{3}, rkeys: []uint32{33}, access: readOnly})
+	c.add(region{addr: 4000, length: 100, lkeys: []uint32{4}, rkeys: []uint32{44}, access: accRemoteRead}) // mapped read-only
 	for _, tc := range []struct {
 		addr, n  uint64
-		remote   bool
+		need     access
 		wantKey  uint32
 		wantFind bool
 	}{
-		{1000, 100, false, 1, true},
-		{1050, 50, false, 1, true},
-		{1050, 51, false, 0, false},
-		{999, 2, false, 0, false},
-		{1000, 100, true, 0, false}, // local-only region
-		{2010, 10, true, 2, true},
-		{2010, 10, false, 2, true}, // a remote region serves local use too
+		{1000, 100, local, 1, true},
+		{1050, 50, 0, 1, true},
+		{1050, 51, local, 0, false},
+		{999, 2, local, 0, false},
+		{1000, 100, accRemoteRead, 0, false}, // local-only region
+		{2010, 10, accRemoteRead | accRemoteWrite, 2, true},
+		{2010, 10, local, 2, true}, // a remote region serves local use too
+		{3010, 10, accRemoteRead, 3, true},
+		{3010, 10, accRemoteRead | accRemoteWrite, 0, false}, // read-only to peers
+		{3010, 10, local, 3, true},
+		{4010, 10, accRemoteRead, 4, true},
+		{4010, 10, 0, 4, true},      // a send's source
+		{4010, 10, local, 0, false}, // not a READ's destination
 	} {
-		r, ok := c.find(tc.addr, tc.n, tc.remote)
+		r, ok := c.find(tc.addr, tc.n, tc.need)
 		if ok != tc.wantFind || (ok && r.lkeys[0] != tc.wantKey) {
-			t.Errorf("find(%d,+%d,remote=%t) = %+v, %t", tc.addr, tc.n, tc.remote, r, ok)
+			t.Errorf("find(%d,+%d,need=%b) = %+v, %t", tc.addr, tc.n, tc.need, r, ok)
 		}
 	}
-	if got, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}}); added || got.lkeys[0] != 1 {
+	if got, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}, access: local}); added || got.lkeys[0] != 1 {
 		t.Errorf("add(covered) = %+v, %t; want existing region", got, added)
 	}
-	if _, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}, remote: true}); !added {
+	if _, added := c.add(region{addr: 1010, length: 10, lkeys: []uint32{9}, access: remote}); !added {
 		t.Error("add(remote over local-only) not added")
+	}
+	if _, added := c.add(region{addr: 3010, length: 10, lkeys: []uint32{8}, access: remote}); !added {
+		t.Error("add(writable over read-only) not added")
 	}
 	if got := c.removeOverlapping(1015, 100); len(got) != 2 {
 		t.Errorf("removeOverlapping = %+v, want the 2 regions at 1000 and 1010", got)
 	}
-	if _, ok := c.find(1000, 1, false); ok {
+	if _, ok := c.find(1000, 1, 0); ok {
 		t.Error("region survived removeOverlapping")
 	}
-	if got := c.removeAll(); len(got) != 1 || got[0].lkeys[0] != 2 {
+	if got := c.removeAll(); len(got) != 4 || got[0].lkeys[0] != 2 {
 		t.Errorf("removeAll = %+v", got)
+	}
+}
+
+// TestRegisterWith: a registration asking for local write but not remote
+// write is tried again without local write when refused (memory mapped
+// read-only); any other refusal stands, with the first error.
+func TestRegisterWith(t *testing.T) {
+	refuseLocalWrite := func(calls *[]access) func(access) (int, error) {
+		return func(a access) (int, error) {
+			*calls = append(*calls, a)
+			if a.has(accLocalWrite) {
+				return 0, errors.New("EFAULT")
+			}
+			return 7, nil
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		want, got access
+		calls     int
+		fail      bool
+	}{
+		{"read-only to peers", accLocalWrite | accRemoteRead, accRemoteRead, 2, false},
+		{"local use", accLocalWrite, 0, 2, false},
+		{"writable by peers: no retry", accLocalWrite | accRemoteRead | accRemoteWrite, 0, 1, true},
+	} {
+		var calls []access
+		m, got, err := registerWith(tc.want, refuseLocalWrite(&calls))
+		if tc.fail {
+			if err == nil || len(calls) != tc.calls {
+				t.Errorf("%s: err %v after %d calls, want EFAULT after %d", tc.name, err, len(calls), tc.calls)
+			}
+			continue
+		}
+		if err != nil || m != 7 || got != tc.got || len(calls) != tc.calls {
+			t.Errorf("%s: = %d, %b, %v after %v; want 7, %b after %d calls", tc.name, m, got, err, calls, tc.got, tc.calls)
+		}
+	}
+	// Memory every registration accepts: one call, what was asked.
+	n := 0
+	if _, got, err := registerWith(accLocalWrite|accRemoteRead, func(access) (int, error) { n++; return 1, nil }); err != nil || n != 1 || got != accLocalWrite|accRemoteRead {
+		t.Errorf("accepted: %b, %v after %d calls", got, err, n)
+	}
+	// Refused both times: the first attempt's error.
+	n = 0
+	_, _, err := registerWith(accLocalWrite, func(access) (int, error) { n++; return 0, fmt.Errorf("attempt %d", n) })
+	if err == nil || err.Error() != "attempt 1" || n != 2 {
+		t.Errorf("refused twice: %v after %d calls, want attempt 1 after 2", err, n)
+	}
+}
+
+// TestMRGrant: a buffer peers may write is registered for remote reads
+// and writes, a read-only registration (AddReadOnly) for remote reads
+// only, and a local-only or unregistered range is refused.
+func TestMRGrant(t *testing.T) {
+	var reg transfer.Registry
+	w, err := reg.Add(make([]byte, 4096), "cpu:0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := reg.AddReadOnly(make([]byte, 4096), "cpu:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, err := reg.Add(make([]byte, 4096), "cpu:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant, need, err := mrGrant(&reg, w.Addr+8, 64)
+	if err != nil || grant != accLocalWrite|accRemoteRead|accRemoteWrite || need != accRemoteRead|accRemoteWrite {
+		t.Errorf("writable: grant %b need %b, %v", grant, need, err)
+	}
+	grant, need, err = mrGrant(&reg, ro.Addr+8, 64)
+	if err != nil || grant != accLocalWrite|accRemoteRead || need != accRemoteRead {
+		t.Errorf("read-only: grant %b need %b, %v", grant, need, err)
+	}
+	if _, _, err := mrGrant(&reg, lo.Addr, 64); err == nil {
+		t.Error("local-only buffer granted")
+	}
+	if _, _, err := mrGrant(&reg, ro.Addr+4090, 64); err == nil {
+		t.Error("range past the read-only buffer granted")
 	}
 }
 
@@ -232,6 +331,44 @@ func TestPeerRegion(t *testing.T) {
 		if _, err := checkMR(&bad, 0x1800, 0x100); !errors.Is(err, ErrHandshake) {
 			t.Errorf("%s: err = %v, want ErrHandshake", name, err)
 		}
+	}
+}
+
+// TestMRMessageAccess: the opMR answer says whether peers may write the
+// region, and the initiator's region keeps it (an answer without the
+// field, from an older target, allows writes).
+func TestMRMessageAccess(t *testing.T) {
+	devs := []string{"mlx5_0"}
+	for _, tc := range []struct {
+		name      string
+		local     access
+		wantRO    bool
+		wantWrite bool
+	}{
+		{"writable", accLocalWrite | accRemoteRead | accRemoteWrite, false, true},
+		{"read-only", accLocalWrite | accRemoteRead, true, false},
+		{"read-only mapping", accRemoteRead, true, false},
+	} {
+		m := mrMessage(region{addr: 0x1000, length: 0x1000, rkeys: []uint32{5}, location: "cpu:0", access: tc.local}, devs)
+		var buf bytes.Buffer
+		if err := writeMessage(&buf, m); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readMessage(bufio.NewReader(&buf), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := checkMR(got, 0x1000, 8)
+		if err != nil || got.ReadOnly != tc.wantRO || !r.access.has(accRemoteRead) || r.access.has(accRemoteWrite) != tc.wantWrite {
+			t.Errorf("%s: ReadOnly %t, peer region access %b, %v; want ReadOnly %t, write %t", tc.name, got.ReadOnly, r.access, err, tc.wantRO, tc.wantWrite)
+		}
+	}
+	old, err := readMessage(bufio.NewReader(strings.NewReader(`{"op":"mr","addr":4096,"length":4096,"rkeys":[5],"devices":["mlx5_0"]}`+"\n")), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := checkMR(old, 4096, 8); err != nil || !r.access.has(accRemoteRead|accRemoteWrite) {
+		t.Errorf("answer without read_only: access %b, %v; want reads and writes", r.access, err)
 	}
 }
 

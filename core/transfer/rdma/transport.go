@@ -167,12 +167,22 @@ func (t *Transport) DeregisterMemory(addr, length uint64) int {
 	return len(rs)
 }
 
-// register registers [addr, addr+length) on every device, or returns an
+// register registers [addr, addr+length) on every device with want
+// (less accLocalWrite where the memory is mapped read-only: see
+// registerWith; every device is registered alike), or returns an
 // equivalent region another goroutine registered meanwhile.
-func (t *Transport) register(addr, length uint64, remote bool, location string) (region, error) {
-	r := region{addr: addr, length: length, remote: remote, location: location}
-	for _, d := range t.devs {
-		mr, err := d.regMR(addr, length, remote)
+func (t *Transport) register(addr, length uint64, want access, location string) (region, error) {
+	r := region{addr: addr, length: length, access: want, location: location}
+	for i, d := range t.devs {
+		var (
+			mr  memReg
+			err error
+		)
+		if i == 0 {
+			mr, r.access, err = registerWith(want, func(a access) (memReg, error) { return d.regMR(addr, length, a) })
+		} else {
+			mr, err = d.regMR(addr, length, r.access)
+		}
 		if err != nil {
 			deregMR(r)
 			return region{}, err
@@ -190,9 +200,17 @@ func (t *Transport) register(addr, length uint64, remote bool, location string) 
 
 // localRegion returns the region (lkeys per device, location) of a local
 // buffer, registering the engine buffer that contains it on first use.
-func (t *Transport) localRegion(b []byte) (region, error) {
+// An RDMA READ's destination (read) needs accLocalWrite. Errors: the
+// registration's; transfer.ErrInvalidArgument for a READ into memory
+// that could be registered only without local write access (mapped
+// read-only: the NIC would refuse to write it).
+func (t *Transport) localRegion(b []byte, read bool) (region, error) {
 	addr, n := memory.AddrOf(b), uint64(len(b))
-	if r, ok := t.regions.find(addr, n, false); ok {
+	need := access(0)
+	if read {
+		need = accLocalWrite
+	}
+	if r, ok := t.regions.find(addr, n, need); ok {
 		return r, nil
 	}
 	t.mu.Lock()
@@ -202,7 +220,11 @@ func (t *Transport) localRegion(b []byte) (region, error) {
 	if target != nil {
 		base, size, loc = registrationRange(target, addr, n, false)
 	}
-	return t.register(base, size, false, loc)
+	r, err := t.register(base, size, accLocalWrite, loc)
+	if err == nil && !r.access.has(need) {
+		return region{}, fmt.Errorf("%w: rdma: READ into [%#x,+%d), memory the NIC may not write (mapped read-only)", transfer.ErrInvalidArgument, addr, n)
+	}
+	return r, err
 }
 
 // serve answers one control connection. The target-side QPs it creates
@@ -292,21 +314,23 @@ func (t *Transport) acceptQP(i int, remote *qpInfo) (*qp, qpInfo, error) {
 
 // serveMR answers an rkey request: the range must resolve as
 // remote-accessible in target; the whole containing buffer is registered,
-// on every device, when target can list buffers. The answer carries one
-// rkey per device and the buffer's location.
+// on every device, when target can list buffers, for remote reads and
+// writes, or for remote reads only where peers may only read it
+// (mrGrant). The answer carries one rkey per device, the buffer's
+// location and whether it is read-only.
 func (t *Transport) serveMR(target transfer.Target, addr, length uint64) *message {
-	if _, err := target.Resolve(addr, length); err != nil {
+	grant, need, err := mrGrant(target, addr, length)
+	if err != nil {
 		return errMessage(codeRejected, err)
 	}
-	r, ok := t.regions.find(addr, length, true)
+	r, ok := t.regions.find(addr, length, need)
 	if !ok {
 		base, size, loc := registrationRange(target, addr, length, true)
-		var err error
-		if r, err = t.register(base, size, true, loc); err != nil {
+		if r, err = t.register(base, size, grant, loc); err != nil {
 			return errMessage(codeInternal, err)
 		}
 	}
-	return &message{Op: opMR, Addr: r.addr, Length: r.length, RKeys: r.rkeys, Devices: t.rails.names, Location: r.location}
+	return mrMessage(r, t.rails.names)
 }
 
 // Dial implements transfer.Transport: a peer for the segment's control
@@ -480,7 +504,7 @@ func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error
 // remoteRegion returns the peer region covering [addr, addr+n): its rkey
 // on each peer device and its location.
 func (p *peer) remoteRegion(ctx context.Context, addr, n uint64) (region, error) {
-	if r, ok := p.rkeys.find(addr, n, false); ok {
+	if r, ok := p.rkeys.find(addr, n, 0); ok {
 		return r, nil
 	}
 	resp, _, err := p.request(ctx, &message{Op: opMR, Addr: addr, Length: n})
@@ -662,13 +686,16 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 		return fmt.Errorf("%w: rdma: %s of %d bytes", transfer.ErrInvalidArgument, op, len(local))
 	}
 	n := uint64(len(local))
-	lr, err := p.t.localRegion(local)
+	lr, err := p.t.localRegion(local, op == transfer.Read)
 	if err != nil {
 		return err
 	}
 	rr, err := p.remoteRegion(ctx, remoteAddr, n)
 	if err != nil {
 		return err
+	}
+	if op == transfer.Write && !rr.access.has(accRemoteWrite) {
+		return fmt.Errorf("%w: rdma: WRITE of %d bytes at %#x on %s: the target registered [%#x,+%d) read-only", transfer.ErrRejected, n, remoteAddr, p.name, rr.addr, rr.length)
 	}
 	pm, err := p.matrix(ctx)
 	if err != nil {

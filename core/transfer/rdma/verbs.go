@@ -98,9 +98,13 @@ static int mc_pick_gid(struct ibv_context *ctx, int port, int tbl_len, int is_et
 	return first_v2 >= 0 ? first_v2 : 0;
 }
 
-static struct ibv_mr *mc_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int remote) {
-	int access = IBV_ACCESS_LOCAL_WRITE;
-	if (remote) access |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+// acc: bit 0 local write, bit 1 remote read, bit 2 remote write (the
+// Go side's access bits).
+static struct ibv_mr *mc_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int acc) {
+	int access = 0;
+	if (acc & 1) access |= IBV_ACCESS_LOCAL_WRITE;
+	if (acc & 2) access |= IBV_ACCESS_REMOTE_READ;
+	if (acc & 4) access |= IBV_ACCESS_REMOTE_WRITE;
 	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, (size_t)len, access);
 }
 
@@ -382,9 +386,10 @@ type memReg struct {
 }
 
 // regMR registers [addr, addr+length) (off-heap or caller-owned memory
-// that stays mapped while registered) with this device's PD.
-func (d *device) regMR(addr, length uint64, remote bool) (memReg, error) {
-	mr, errno := C.mc_reg_mr(d.pd, C.uint64_t(addr), C.uint64_t(length), boolInt(remote))
+// that stays mapped while registered) with this device's PD, allowing
+// acc (beyond the local reads every registration allows).
+func (d *device) regMR(addr, length uint64, acc access) (memReg, error) {
+	mr, errno := C.mc_reg_mr(d.pd, C.uint64_t(addr), C.uint64_t(length), C.int(acc))
 	if mr == nil {
 		return memReg{}, fmt.Errorf("rdma: ibv_reg_mr %s [%#x,+%d): %v", d.name, addr, length, errnoOr(errno, "failed"))
 	}
