@@ -265,15 +265,17 @@ test: deps vet build-nocgo test-rdma test-abi test-compat test-upstream-store te
 # `make fuzz-short` (part of make test) for FUZZTIME_SHORT. The short run
 # counts executions rather than seconds: a time limit shorter than the
 # fuzzer's start-up fails with "context deadline exceeded" on a loaded
-# machine. FUZZ=regexp runs only the matching targets.
+# machine. FUZZ=regexp runs only the matching targets; FUZZMINIMIZE bounds
+# the minimizing of each new input (scripts/fuzz.sh).
 FUZZTIME ?= 60s
 FUZZTIME_SHORT ?= 2000x
+FUZZMINIMIZE ?= 5s
 FUZZ ?= .
 fuzz:
-	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
+	GO=$(GO) FUZZTIME=$(FUZZTIME) FUZZMINIMIZE=$(FUZZMINIMIZE) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
 
 fuzz-short:
-	GO=$(GO) FUZZTIME=$(FUZZTIME_SHORT) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
+	GO=$(GO) FUZZTIME=$(FUZZTIME_SHORT) FUZZMINIMIZE=$(FUZZMINIMIZE) FUZZ='$(FUZZ)' ./scripts/fuzz.sh
 
 # The prepared real-GPU check: build/gpu-check (+ .tar.gz, <= 64 MiB) with
 # the GPU test binaries and libcudart.so.12 from PyPI's

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"testing"
@@ -417,19 +418,33 @@ func FuzzServe(f *testing.F) {
 	}
 	hdr := fzHeader
 	w, r := byte(transfer.Write)|protoV2, byte(transfer.Read)|protoV2
-	f.Add(hdr(8, fzDOff-fzAOff, w))                                                                      // device page
-	f.Add(append(hdr(16, fzBOff-fzAOff, w), make([]byte, 16)...))                                        // local-only region
-	f.Add(hdr(math.MaxUint64, 0, w))                                                                     // a payload no peer can send
-	f.Add(append(hdr(1<<63, math.MaxUint64, w), hdr(4, 0, r)...))                                        // rejected, unsendable
-	f.Add(append(hdr(4, 0, byte(transfer.Write)), 1, 2, 3, 4, 0, 0, 0))                                  // v1, short trailer
-	f.Add(hdr(4, 0, 0x7f))                                                                               // unknown opcode
-	f.Add(hdr(0, 0, r))                                                                                  // empty read
-	f.Add(append(append(hdr(4, fzROff-fzAOff+8, w), 1, 2, 3, 4), hdr(16, fzROff-fzAOff, r)...))          // read-only R: refused, then read
-	f.Add(append(hdr(4, fzROff-fzAOff, byte(transfer.Write)), 1, 2, 3, 4))                               // v1 into R: dropped
-	f.Add(append(append(hdr(8, lRel+fzPage-8, w), 1, 2, 3, 4, 5, 6, 7, 8), hdr(8, lRel+fzPage-4, r)...)) // L's end
+	f.Add(hdr(8, fzDOff-fzAOff, w))                                                                             // device page
+	f.Add(append(append(hdr(16, fzDOff-fzAOff+0x30, w), fzPattern[:16]...), hdr(64, fzDOff-fzAOff+0x20, r)...)) // device page: write, read back
+	f.Add(hdr(96, fzDOff-fzAOff+fzPage-64, byte(transfer.Read)))                                                // v1 read past the device page: dropped
+	f.Add(append(hdr(16, fzBOff-fzAOff, w), make([]byte, 16)...))                                               // local-only region
+	f.Add(hdr(math.MaxUint64, 0, w))                                                                            // a payload no peer can send
+	f.Add(append(hdr(1<<63, math.MaxUint64, w), hdr(4, 0, r)...))                                               // rejected, unsendable
+	f.Add(append(hdr(4, 0, byte(transfer.Write)), 1, 2, 3, 4, 0, 0, 0))                                         // v1, short trailer
+	f.Add(hdr(4, 0, 0x7f))                                                                                      // unknown opcode
+	f.Add(hdr(0, 0, r))                                                                                         // empty read
+	f.Add(append(append(hdr(4, fzROff-fzAOff+8, w), 1, 2, 3, 4), hdr(16, fzROff-fzAOff, r)...))                 // read-only R: refused, then read
+	f.Add(append(hdr(4, fzROff-fzAOff, byte(transfer.Write)), 1, 2, 3, 4))                                      // v1 into R: dropped
+	f.Add(append(append(hdr(8, lRel+fzPage-8, w), 1, 2, 3, 4, 5, 6, 7, 8), hdr(8, lRel+fzPage-4, r)...))        // L's end
 
 	f.Fuzz(func(t *testing.T, rel []byte) { ft.check(t, rebase(rel, ft.base)) })
 }
+
+// fzPattern is the payload FuzzServeLarge's large WRITEs carry (a prefix
+// of it): random bytes, so that a chunk copied to the wrong place, even a
+// multiple of 256 bytes away, shows.
+var fzPattern = func() []byte {
+	r := rand.New(rand.NewPCG(7, 11))
+	b := make([]byte, fzLarge+2*fzPage)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}()
 
 // fzHeader is a request header of size bytes at off (relative to A's
 // first byte, as rebase takes it) with opcode byte op.
@@ -455,13 +470,14 @@ func FuzzServeLarge(f *testing.F) {
 	lRel := uint64(ft.lOff - fzAOff) // L's first byte, as seeds address it
 	w, r := byte(transfer.Write)|protoV2, byte(transfer.Read)|protoV2
 	size := uint32(fzLarge - 4)
-	l := uint32(ft.lOff - fzROff)                                                                 // off of L's first byte
-	f.Add([]byte{}, l+3, size, w, size, fzHeader(uint64(size), lRel+3, r))                        // fill L, read it back
-	f.Add([]byte{}, l+3, size, w, uint32(streamMin+serverReadBuffer+100), []byte{})               // cut short in the second chunk
-	f.Add([]byte{}, l+fzLarge-100, size, w, size, fzHeader(fzPage, lRel, r))                      // past L's end: refused, drained
-	f.Add(fzHeader(8, 0, w), l, uint32(fzLarge), byte(transfer.Write), uint32(fzLarge), []byte{}) // v1, all of L
-	f.Add([]byte{}, uint32(0), size, w, size, fzHeader(fzPage, fzROff-fzAOff, r))                 // into R, read-only: refused, drained
-	f.Add([]byte{}, l+1, size, byte(transfer.Read), uint32(0), fzHeader(4, 0, w))                 // v1 READ of L
+	l := uint32(ft.lOff - fzROff)                                                                                                 // off of L's first byte
+	f.Add([]byte{}, l+3, size, w, size, fzHeader(uint64(size), lRel+3, r))                                                        // fill L, read it back
+	f.Add([]byte{}, l+3, size, w, uint32(streamMin+serverReadBuffer+100), []byte{})                                               // cut short in the second chunk
+	f.Add([]byte{}, l+fzLarge-100, size, w, size, fzHeader(fzPage, lRel, r))                                                      // past L's end: refused, drained
+	f.Add(append(fzHeader(8, 0, w), 1, 2, 3, 4, 5, 6, 7, 8), l, uint32(fzLarge), byte(transfer.Write), uint32(fzLarge), []byte{}) // v1, all of L
+	f.Add([]byte{}, uint32(0), size, byte(transfer.Write), size, fzHeader(4, 0, r))                                               // v1 into R: drained, dropped
+	f.Add([]byte{}, uint32(0), size, w, size, fzHeader(fzPage, fzROff-fzAOff, r))                                                 // into R, read-only: refused, drained
+	f.Add([]byte{}, l+1, size, byte(transfer.Read), uint32(0), fzHeader(4, 0, w))                                                 // v1 READ of L
 	f.Fuzz(func(t *testing.T, before []byte, off, size uint32, op byte, cut uint32, after []byte) {
 		size %= fzLarge + 2*fzPage + 1
 		// off counts from R's first byte to a page past L's end, so
@@ -471,10 +487,7 @@ func FuzzServeLarge(f *testing.F) {
 		h := fzHeader(uint64(size), addr, op)
 		stream = append(stream, h...)
 		if transfer.Opcode(op&^protoV2) == transfer.Write {
-			payload := make([]byte, size)
-			for i := range payload {
-				payload[i] = byte(i*31 + 1)
-			}
+			payload := fzPattern[:size]
 			if cut < size {
 				ft.check(t, append(stream, payload[:cut]...))
 				return
