@@ -257,9 +257,9 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 // shm (it is not a memory region). Over RDMA the target registers it for
 // remote reads only: the peer's WRITE fails with ErrRejected before it is
 // posted (the target's NIC would refuse it too); memory mapped without
-// write permission is registered without local write access, so this
-// process's own RDMA READ into it fails with ErrInvalidArgument instead
-// of faulting (untested on RDMA hardware).
+// write permission is registered without local write access (Linux 6.2
+// and later), so this process's own RDMA READ into it fails with
+// ErrInvalidArgument (untested on RDMA hardware).
 // Errors as RegisterLocalMemory. Ours: upstream has no read-only
 // registration.
 func (e *Engine) RegisterReadOnlyMemory(ctx context.Context, buf []byte, location string) error {
@@ -323,24 +323,39 @@ func (e *Engine) register(ctx context.Context, remote bool, add func() (Buffer, 
 		return nil
 	}
 	if err := e.publish(ctx); err != nil {
-		_ = e.reg.Remove(b.Addr)
+		_ = e.unregister(b.Addr)
 		return err
 	}
 	return nil
 }
 
-// UnregisterLocalMemory removes the buffer starting at addr and republishes
-// the descriptor. Errors: ErrAddressNotRegistered; the metadata error.
-// Requests in flight on that buffer must have finished (caller's duty, as
-// upstream).
+// UnregisterLocalMemory removes the buffer starting at addr, drops the
+// transport's hardware registrations of it (MemoryDeregisterer: rdma
+// memory regions, so no peer's cached rkey reaches it any more) and
+// republishes the descriptor. Errors: ErrAddressNotRegistered; the
+// metadata error. Requests in flight on that buffer must have finished
+// (caller's duty, as upstream).
 func (e *Engine) UnregisterLocalMemory(ctx context.Context, addr uint64) error {
-	if err := e.reg.Remove(addr); err != nil {
+	if err := e.unregister(addr); err != nil {
 		return err
 	}
 	if e.closed.Load() {
 		return nil
 	}
 	return e.publish(ctx)
+}
+
+// unregister removes the buffer starting at addr from the registry and
+// its registrations from the transport. Errors: ErrAddressNotRegistered.
+func (e *Engine) unregister(addr uint64) error {
+	b, err := e.reg.Remove(addr)
+	if err != nil {
+		return err
+	}
+	if d, ok := e.cfg.Transport.(MemoryDeregisterer); ok {
+		d.DeregisterMemory(b.Addr, b.Length)
+	}
+	return nil
 }
 
 // OpenSegment resolves a peer's segment by name and returns its handle; a

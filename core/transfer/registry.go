@@ -149,18 +149,18 @@ func (r *Registry) insert(b Buffer) (Buffer, error) {
 	return b, nil
 }
 
-// Remove unregisters the buffer starting at addr. Errors:
+// Remove unregisters the buffer starting at addr and returns it. Errors:
 // ErrAddressNotRegistered when no buffer starts there.
-func (r *Registry) Remove(addr uint64) error {
+func (r *Registry) Remove(addr uint64) (Buffer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i, b := range r.mu.bufs {
 		if b.Addr == addr {
 			r.mu.bufs = append(r.mu.bufs[:i], r.mu.bufs[i+1:]...)
-			return nil
+			return b, nil
 		}
 	}
-	return fmt.Errorf("%w: no buffer starts at %#x", ErrAddressNotRegistered, addr)
+	return Buffer{}, fmt.Errorf("%w: no buffer starts at %#x", ErrAddressNotRegistered, addr)
 }
 
 // Buffers returns a copy of the registered buffers, sorted by address.

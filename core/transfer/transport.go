@@ -27,6 +27,15 @@ type Transport interface {
 	Close() error
 }
 
+// MemoryDeregisterer is implemented by transports that register memory
+// with hardware on first use and keep it registered (rdma: memory regions
+// and the rkeys peers hold). The engine calls DeregisterMemory with a
+// buffer's range when the buffer is unregistered, so that no registration
+// and no key outlives it; it returns how many registrations it dropped.
+type MemoryDeregisterer interface {
+	DeregisterMemory(addr, length uint64) int
+}
+
 // Peer performs requests against one remote segment.
 type Peer interface {
 	// Do performs one whole request synchronously: Write sends local to

@@ -57,9 +57,14 @@
 //     for remote reads and writes, or for remote reads only where peers
 //     may only read it (a read-only registration: the answer says so and
 //     the initiator refuses WRITEs to it with transfer.ErrRejected).
-//     Memory mapped read-only, which verbs refuse to register with write
-//     access, is registered without local write access (it can then not
-//     be an RDMA READ's destination). The initiator registers its local
+//     A registration that also grants remote writes never answers for a
+//     read-only buffer, and an initiator that cached a read-only answer
+//     asks again once before refusing a WRITE. Memory mapped read-only,
+//     which verbs refuse to register with write access (EFAULT), is
+//     registered without local write access (Linux 6.2 and later; older
+//     kernels pin every registration for writing and refuse that too, so
+//     such memory is not served over rdma there) and can then not be an
+//     RDMA READ's destination. The initiator registers its local
 //     buffers the same way. Keys are cached on both sides.
 //   - A request is split into Config.SliceSize work requests (upstream
 //     MC_SLICE_SIZE), at most Config.MaxWR outstanding per QP, each
@@ -77,10 +82,10 @@
 // (MC_RDMA_RAIL_PAUSE_SECONDS) and there is no slice timeout; endpoints
 // are not evicted (MC_MAX_EP_PER_CTX); no GPUDirect (memory is registered
 // with ibv_reg_mr, host memory only, so "cuda:N" entries of the matrix are
-// unused). Memory regions stay registered until Close or
-// DeregisterMemory: the engine does not yet tell the transport when a
-// buffer is unregistered, so a peer holding a cached rkey could still
-// reach it — call DeregisterMemory before unmapping a buffer.
+// unused). Memory regions stay registered until the buffer is
+// unregistered (transfer.Engine.UnregisterLocalMemory calls
+// DeregisterMemory, transfer.MemoryDeregisterer), or Close; a peer's
+// cached rkey then fails with a remote access error.
 //
 // # What is tested
 //

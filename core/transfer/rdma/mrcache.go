@@ -1,7 +1,10 @@
 package rdma
 
 import (
+	"errors"
+	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/mooncake-go/mooncake/core/transfer"
 	"github.com/mooncake-go/mooncake/core/transfer/topology"
@@ -78,15 +81,28 @@ func mrGrant(target transfer.Target, addr, length uint64) (grant, need access, e
 	return grant, grant &^ accLocalWrite, nil
 }
 
-// registerWith registers with want through reg, and when that fails
-// while want asks for accLocalWrite but not accRemoteWrite, once more
-// without accLocalWrite: memory mapped read-only (a P2P seed's file) can
-// be registered only so, and then serves peers' reads and this process's
-// sends but cannot be an RDMA READ's destination. It returns the access
-// registered and reg's result; the error is the first attempt's.
+// excluded is what a region serving need must not allow: a peer asking
+// for a buffer that is read-only to peers must never get the rkey of a
+// registration that also grants remote writes (one left from when the
+// buffer was writable).
+func excluded(need access) access {
+	if need.has(accRemoteRead) && !need.has(accRemoteWrite) {
+		return accRemoteWrite
+	}
+	return 0
+}
+
+// registerWith registers with want through reg, and when that fails with
+// EFAULT while want asks for accLocalWrite but not accRemoteWrite, once
+// more without accLocalWrite: memory mapped read-only (a P2P seed's file)
+// can be registered only so (on Linux 6.2 and later; older kernels pin
+// every registration for writing and refuse it again), and then serves
+// peers' reads and this process's sends but cannot be an RDMA READ's
+// destination. It returns the access registered and reg's result; the
+// error is the first attempt's.
 func registerWith[M any](want access, reg func(access) (M, error)) (M, access, error) {
 	m, err := reg(want)
-	if err == nil || !want.has(accLocalWrite) || want.has(accRemoteWrite) {
+	if err == nil || !errors.Is(err, syscall.EFAULT) || !want.has(accLocalWrite) || want.has(accRemoteWrite) {
 		return m, want, err
 	}
 	less := want &^ accLocalWrite
@@ -111,12 +127,12 @@ type regionCache struct {
 }
 
 // find returns a region covering [addr, addr+length) that allows at
-// least need.
+// least need and nothing excluded(need) forbids.
 func (c *regionCache) find(addr, length uint64, need access) (region, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range c.mu.regions {
-		if r.covers(addr, length) && r.access.has(need) {
+		if r.covers(addr, length) && r.access.has(need) && r.access&excluded(need) == 0 {
 			return r, true
 		}
 	}
@@ -124,13 +140,14 @@ func (c *regionCache) find(addr, length uint64, need access) (region, bool) {
 }
 
 // add inserts r unless an equivalent region (covering r's range with at
-// least its access) is already present; then it returns that one and
-// false, and the caller releases r.
+// least its access, and no remote write where r has none while granting
+// remote reads) is already present; then it returns that one and false,
+// and the caller releases r.
 func (c *regionCache) add(r region) (region, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, e := range c.mu.regions {
-		if e.covers(r.addr, r.length) && e.access.has(r.access) {
+		if e.covers(r.addr, r.length) && e.access.has(r.access) && e.access&excluded(r.access) == 0 {
 			return e, false
 		}
 	}
@@ -164,6 +181,32 @@ func (c *regionCache) removeAll() []region {
 	out := c.mu.regions
 	c.mu.regions = nil
 	return out
+}
+
+// peerRegion returns the peer region covering [addr, addr+n) that an op
+// goes to: from cache (an initiator's rkeys of one peer), else through
+// fetch (the target's opMR answer, checked), then cached. A WRITE to a
+// region cached read-only drops that entry and asks again once, since
+// the target may have registered the buffer writable since. Errors:
+// fetch's; transfer.ErrRejected (wrapped) for a WRITE to a region the
+// target registered read-only.
+func peerRegion(cache *regionCache, op transfer.Opcode, addr, n uint64, fetch func() (region, error)) (region, error) {
+	r, ok := cache.find(addr, n, 0)
+	if ok && op == transfer.Write && !r.access.has(accRemoteWrite) {
+		cache.removeOverlapping(r.addr, r.length)
+		ok = false
+	}
+	if !ok {
+		fetched, err := fetch()
+		if err != nil {
+			return region{}, err
+		}
+		r, _ = cache.add(fetched)
+	}
+	if op == transfer.Write && !r.access.has(accRemoteWrite) {
+		return region{}, fmt.Errorf("%w: rdma: the target registered [%#x,+%d) read-only", transfer.ErrRejected, r.addr, r.length)
+	}
+	return r, nil
 }
 
 // bufferLister is implemented by targets that can list their registered

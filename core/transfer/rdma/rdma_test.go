@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mooncake-go/mooncake/core/transfer"
@@ -195,8 +196,9 @@ func TestRegionCache(t *testing.T) {
 		{3010, 10, accRemoteRead | accRemoteWrite, 0, false}, // read-only to peers
 		{3010, 10, local, 3, true},
 		{4010, 10, accRemoteRead, 4, true},
-		{4010, 10, 0, 4, true},      // a send's source
-		{4010, 10, local, 0, false}, // not a READ's destination
+		{4010, 10, 0, 4, true},              // a send's source
+		{4010, 10, local, 0, false},         // not a READ's destination
+		{2010, 10, accRemoteRead, 0, false}, // read-only to peers: never a registration granting writes
 	} {
 		r, ok := c.find(tc.addr, tc.n, tc.need)
 		if ok != tc.wantFind || (ok && r.lkeys[0] != tc.wantKey) {
@@ -231,7 +233,7 @@ func TestRegisterWith(t *testing.T) {
 		return func(a access) (int, error) {
 			*calls = append(*calls, a)
 			if a.has(accLocalWrite) {
-				return 0, errors.New("EFAULT")
+				return 0, fmt.Errorf("ibv_reg_mr: %w", syscall.EFAULT)
 			}
 			return 7, nil
 		}
@@ -265,9 +267,47 @@ func TestRegisterWith(t *testing.T) {
 	}
 	// Refused both times: the first attempt's error.
 	n = 0
-	_, _, err := registerWith(accLocalWrite, func(access) (int, error) { n++; return 0, fmt.Errorf("attempt %d", n) })
-	if err == nil || err.Error() != "attempt 1" || n != 2 {
+	_, _, err := registerWith(accLocalWrite, func(access) (int, error) { n++; return 0, fmt.Errorf("attempt %d: %w", n, syscall.EFAULT) })
+	if err == nil || !strings.HasPrefix(err.Error(), "attempt 1") || n != 2 {
 		t.Errorf("refused twice: %v after %d calls, want attempt 1 after 2", err, n)
+	}
+	// Refused for another reason (out of memory, a bad PD): no retry.
+	n = 0
+	if _, _, err := registerWith(accLocalWrite|accRemoteRead, func(access) (int, error) { n++; return 0, syscall.ENOMEM }); !errors.Is(err, syscall.ENOMEM) || n != 1 {
+		t.Errorf("ENOMEM: %v after %d calls, want it after 1", err, n)
+	}
+}
+
+// TestPeerRegionFor: the initiator's rkey cache. A region is asked for
+// once and reused; a WRITE to a region the target registered read-only is
+// refused with ErrRejected after asking again once, and goes through once
+// the target answers writable.
+func TestPeerRegionFor(t *testing.T) {
+	var cache regionCache
+	fetches := 0
+	answer := region{addr: 0x1000, length: 0x1000, rkeys: []uint32{1}, devices: []string{"mlx5_0"}, access: accRemoteRead}
+	fetch := func() (region, error) { fetches++; return answer, nil }
+	get := func(op transfer.Opcode) (region, error) { return peerRegion(&cache, op, 0x1800, 8, fetch) }
+
+	if r, err := get(transfer.Read); err != nil || r.rkeys[0] != 1 || fetches != 1 {
+		t.Fatalf("first READ: %+v, %v after %d fetches", r, err, fetches)
+	}
+	if _, err := get(transfer.Read); err != nil || fetches != 1 {
+		t.Errorf("second READ: %v after %d fetches, want the cached region", err, fetches)
+	}
+	if _, err := get(transfer.Write); !errors.Is(err, transfer.ErrRejected) || fetches != 2 {
+		t.Errorf("WRITE to read-only: %v after %d fetches, want ErrRejected after asking again", err, fetches)
+	}
+	answer = region{addr: 0x1000, length: 0x1000, rkeys: []uint32{2}, devices: []string{"mlx5_0"}, access: accRemoteRead | accRemoteWrite}
+	if r, err := get(transfer.Write); err != nil || r.rkeys[0] != 2 || fetches != 3 {
+		t.Errorf("WRITE once writable: %+v, %v after %d fetches", r, err, fetches)
+	}
+	if r, err := get(transfer.Write); err != nil || r.rkeys[0] != 2 || fetches != 3 {
+		t.Errorf("second WRITE: %+v, %v after %d fetches, want the cached writable region", r, err, fetches)
+	}
+	bad := errors.New("control channel down")
+	if _, err := peerRegion(&cache, transfer.Read, 0x9000, 8, func() (region, error) { return region{}, bad }); !errors.Is(err, bad) {
+		t.Errorf("fetch error: %v", err)
 	}
 }
 

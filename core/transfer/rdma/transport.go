@@ -501,22 +501,19 @@ func (p *peer) request(ctx context.Context, m *message) (*message, uint64, error
 	return resp, c.gen, nil
 }
 
-// remoteRegion returns the peer region covering [addr, addr+n): its rkey
-// on each peer device and its location.
-func (p *peer) remoteRegion(ctx context.Context, addr, n uint64) (region, error) {
-	if r, ok := p.rkeys.find(addr, n, 0); ok {
-		return r, nil
-	}
-	resp, _, err := p.request(ctx, &message{Op: opMR, Addr: addr, Length: n})
-	if err != nil {
-		return region{}, err
-	}
-	r, err := checkMR(resp, addr, n)
-	if err != nil {
-		return region{}, err
-	}
-	got, _ := p.rkeys.add(r)
-	return got, nil
+// remoteRegion returns the peer region covering [addr, addr+n) that op
+// goes to: its rkey on each peer device and its location (peerRegion:
+// cached, else asked for). Errors: the control channel's, ErrHandshake
+// for a bad answer, transfer.ErrRejected for a range the target refuses
+// or a WRITE to a region it registered read-only.
+func (p *peer) remoteRegion(ctx context.Context, op transfer.Opcode, addr, n uint64) (region, error) {
+	return peerRegion(&p.rkeys, op, addr, n, func() (region, error) {
+		resp, _, err := p.request(ctx, &message{Op: opMR, Addr: addr, Length: n})
+		if err != nil {
+			return region{}, err
+		}
+		return checkMR(resp, addr, n)
+	})
 }
 
 // matrix returns the peer's priority matrix (restricted to its devices,
@@ -690,12 +687,9 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 	if err != nil {
 		return err
 	}
-	rr, err := p.remoteRegion(ctx, remoteAddr, n)
+	rr, err := p.remoteRegion(ctx, op, remoteAddr, n)
 	if err != nil {
-		return err
-	}
-	if op == transfer.Write && !rr.access.has(accRemoteWrite) {
-		return fmt.Errorf("%w: rdma: WRITE of %d bytes at %#x on %s: the target registered [%#x,+%d) read-only", transfer.ErrRejected, n, remoteAddr, p.name, rr.addr, rr.length)
+		return fmt.Errorf("rdma: %s of %d bytes at %#x on %s: %w", op, n, remoteAddr, p.name, err)
 	}
 	pm, err := p.matrix(ctx)
 	if err != nil {

@@ -98,14 +98,18 @@ static int mc_pick_gid(struct ibv_context *ctx, int port, int tbl_len, int is_et
 	return first_v2 >= 0 ? first_v2 : 0;
 }
 
-// acc: bit 0 local write, bit 1 remote read, bit 2 remote write (the
-// Go side's access bits).
-static struct ibv_mr *mc_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int acc) {
+// mc_access maps the Go side's access bits (bit 0 local write, bit 1
+// remote read, bit 2 remote write) to ibv_access_flags.
+static int mc_access(int acc) {
 	int access = 0;
 	if (acc & 1) access |= IBV_ACCESS_LOCAL_WRITE;
 	if (acc & 2) access |= IBV_ACCESS_REMOTE_READ;
 	if (acc & 4) access |= IBV_ACCESS_REMOTE_WRITE;
-	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, (size_t)len, access);
+	return access;
+}
+
+static struct ibv_mr *mc_reg_mr(struct ibv_pd *pd, uint64_t addr, uint64_t len, int acc) {
+	return ibv_reg_mr(pd, (void *)(uintptr_t)addr, (size_t)len, mc_access(acc));
 }
 
 static uint32_t mc_mr_lkey(struct ibv_mr *mr) { return mr->lkey; }
@@ -385,13 +389,16 @@ type memReg struct {
 	handle     any // *C.struct_ibv_mr
 }
 
+// ibvAccess is the ibv_access_flags value ibv_reg_mr gets for acc.
+func ibvAccess(acc access) int { return int(C.mc_access(C.int(acc))) }
+
 // regMR registers [addr, addr+length) (off-heap or caller-owned memory
 // that stays mapped while registered) with this device's PD, allowing
 // acc (beyond the local reads every registration allows).
 func (d *device) regMR(addr, length uint64, acc access) (memReg, error) {
 	mr, errno := C.mc_reg_mr(d.pd, C.uint64_t(addr), C.uint64_t(length), C.int(acc))
 	if mr == nil {
-		return memReg{}, fmt.Errorf("rdma: ibv_reg_mr %s [%#x,+%d): %v", d.name, addr, length, errnoOr(errno, "failed"))
+		return memReg{}, fmt.Errorf("rdma: ibv_reg_mr %s [%#x,+%d): %w", d.name, addr, length, errnoOr(errno, "failed"))
 	}
 	return memReg{lkey: uint32(C.mc_mr_lkey(mr)), rkey: uint32(C.mc_mr_rkey(mr)), handle: mr}, nil
 }
