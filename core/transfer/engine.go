@@ -257,9 +257,9 @@ func (e *Engine) RegisterLocalMemory(ctx context.Context, buf []byte, location s
 // shm (it is not a memory region). Over RDMA the target registers it for
 // remote reads only: the peer's WRITE fails with ErrRejected before it is
 // posted (the target's NIC would refuse it too); memory mapped without
-// write permission is registered without local write access (Linux 6.2
-// and later), so this process's own RDMA READ into it fails with
-// ErrInvalidArgument (untested on RDMA hardware).
+// write permission (shared) is registered without local write access
+// (Linux 6.2 and later), so this process's own RDMA READ into it fails
+// with ErrInvalidArgument (untested on RDMA hardware).
 // Errors as RegisterLocalMemory. Ours: upstream has no read-only
 // registration.
 func (e *Engine) RegisterReadOnlyMemory(ctx context.Context, buf []byte, location string) error {

@@ -31,7 +31,8 @@ type Transport interface {
 // with hardware on first use and keep it registered (rdma: memory regions
 // and the rkeys peers hold). The engine calls DeregisterMemory with a
 // buffer's range when the buffer is unregistered, so that no registration
-// and no key outlives it; it returns how many registrations it dropped.
+// outlives it and peers' keys to it stop working; it returns how many
+// registrations it dropped.
 type MemoryDeregisterer interface {
 	DeregisterMemory(addr, length uint64) int
 }

@@ -59,12 +59,12 @@
 //     the initiator refuses WRITEs to it with transfer.ErrRejected).
 //     A registration that also grants remote writes never answers for a
 //     read-only buffer, and an initiator that cached a read-only answer
-//     asks again once before refusing a WRITE. Memory mapped read-only,
-//     which verbs refuse to register with write access (EFAULT), is
-//     registered without local write access (Linux 6.2 and later; older
-//     kernels pin every registration for writing and refuse that too, so
-//     such memory is not served over rdma there) and can then not be an
-//     RDMA READ's destination. The initiator registers its local
+//     asks again once before refusing a WRITE. Memory mapped shared and
+//     read-only, which verbs refuse to register with write access
+//     (EFAULT), is registered without local write access (Linux 6.2 and
+//     later; older kernels pin every registration for writing and refuse
+//     such a mapping too, so it is not served over rdma there) and can
+//     then not be an RDMA READ's destination. The initiator registers its local
 //     buffers the same way. Keys are cached on both sides.
 //   - A request is split into Config.SliceSize work requests (upstream
 //     MC_SLICE_SIZE), at most Config.MaxWR outstanding per QP, each
@@ -85,7 +85,8 @@
 // unused). Memory regions stay registered until the buffer is
 // unregistered (transfer.Engine.UnregisterLocalMemory calls
 // DeregisterMemory, transfer.MemoryDeregisterer), or Close; a peer's
-// cached rkey then fails with a remote access error.
+// cached rkey then fails with a remote access error once, and the peer
+// asks for a new rkey on its next request.
 //
 // # What is tested
 //

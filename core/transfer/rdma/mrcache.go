@@ -94,9 +94,11 @@ func excluded(need access) access {
 
 // registerWith registers with want through reg, and when that fails with
 // EFAULT while want asks for accLocalWrite but not accRemoteWrite, once
-// more without accLocalWrite: memory mapped read-only (a P2P seed's file)
-// can be registered only so (on Linux 6.2 and later; older kernels pin
-// every registration for writing and refuse it again), and then serves
+// more without accLocalWrite: memory mapped shared and read-only (a P2P
+// seed's file) can be registered only so (on Linux 6.2 and later; older
+// kernels pin every registration for writing and refuse such a mapping
+// again, while a private read-only mapping registers there by
+// copy-on-write), and then serves
 // peers' reads and this process's sends but cannot be an RDMA READ's
 // destination. It returns the access registered and reg's result; the
 // error is the first attempt's.
@@ -186,7 +188,8 @@ func (c *regionCache) removeAll() []region {
 // peerRegion returns the peer region covering [addr, addr+n) that an op
 // goes to: from cache (an initiator's rkeys of one peer), else through
 // fetch (the target's opMR answer, checked), then cached. A WRITE to a
-// region cached read-only drops that entry and asks again once, since
+// region cached read-only drops the cached regions overlapping it and
+// asks again once, since
 // the target may have registered the buffer writable since. Errors:
 // fetch's; transfer.ErrRejected (wrapped) for a WRITE to a region the
 // target registered read-only.
@@ -208,6 +211,10 @@ func peerRegion(cache *regionCache, op transfer.Opcode, addr, n uint64, fetch fu
 	}
 	return r, nil
 }
+
+// The engine drops this transport's registrations of a buffer it
+// unregisters (both builds).
+var _ transfer.MemoryDeregisterer = (*Transport)(nil)
 
 // bufferLister is implemented by targets that can list their registered
 // buffers (transfer.Registry); used to register whole buffers at once.

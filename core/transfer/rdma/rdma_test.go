@@ -214,13 +214,21 @@ func TestRegionCache(t *testing.T) {
 	if _, added := c.add(region{addr: 3010, length: 10, lkeys: []uint32{8}, access: remote}); !added {
 		t.Error("add(writable over read-only) not added")
 	}
+	// A registration read-only to peers is not answered by the writable
+	// one just added over it, nor by the one at 2000.
+	if got, added := c.add(region{addr: 3012, length: 4, lkeys: []uint32{7}, access: readOnly}); added || got.lkeys[0] != 3 {
+		t.Errorf("add(read-only inside read-only and writable) = %+v, %t; want the read-only region at 3000", got, added)
+	}
+	if got, added := c.add(region{addr: 2010, length: 10, lkeys: []uint32{6}, access: readOnly}); !added || got.lkeys[0] != 6 {
+		t.Errorf("add(read-only inside writable) = %+v, %t; want it added", got, added)
+	}
 	if got := c.removeOverlapping(1015, 100); len(got) != 2 {
 		t.Errorf("removeOverlapping = %+v, want the 2 regions at 1000 and 1010", got)
 	}
 	if _, ok := c.find(1000, 1, 0); ok {
 		t.Error("region survived removeOverlapping")
 	}
-	if got := c.removeAll(); len(got) != 4 || got[0].lkeys[0] != 2 {
+	if got := c.removeAll(); len(got) != 5 || got[0].lkeys[0] != 2 {
 		t.Errorf("removeAll = %+v", got)
 	}
 }

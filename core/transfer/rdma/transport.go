@@ -40,6 +40,8 @@ type Transport struct {
 	srvCQs  []*cq       // per device, shared by target-side QPs; never polled (one-sided ops raise no target completions)
 	rails   *rails      // per-slice device choice
 	regions regionCache // this process's memory regions, each registered on every device
+	// mrMu orders serveMR's grant-then-register against DeregisterMemory.
+	mrMu sync.Mutex
 
 	srv transfer.ConnServer // control-channel listener and handlers
 
@@ -155,11 +157,16 @@ func (t *Transport) Publish(d *metadata.SegmentDesc, rpc *metadata.RPCMeta) {
 	rpc.IPOrHostName = host
 }
 
-// DeregisterMemory drops every memory region of this transport that
-// overlaps [addr, addr+length) and returns how many it dropped. Call it
-// before unmapping a buffer that was registered with the engine; peers
-// holding the old rkey then fail with a remote access error.
+// DeregisterMemory implements transfer.MemoryDeregisterer: it drops every
+// memory region of this transport that overlaps [addr, addr+length) and
+// returns how many it dropped. The engine calls it when a buffer is
+// unregistered. A peer holding the old rkey then fails with a remote
+// access error once, and asks for a new rkey on its next request. It waits
+// for an rkey request being answered (serveMR), so that no registration
+// made for a buffer being unregistered survives it.
 func (t *Transport) DeregisterMemory(addr, length uint64) int {
+	t.mrMu.Lock()
+	defer t.mrMu.Unlock()
 	rs := t.regions.removeOverlapping(addr, length)
 	for _, r := range rs {
 		deregMR(r)
@@ -319,6 +326,11 @@ func (t *Transport) acceptQP(i int, remote *qpInfo) (*qp, qpInfo, error) {
 // (mrGrant). The answer carries one rkey per device, the buffer's
 // location and whether it is read-only.
 func (t *Transport) serveMR(target transfer.Target, addr, length uint64) *message {
+	// Held from the grant to the registration, so that a buffer
+	// unregistered meanwhile (DeregisterMemory waits) never keeps a
+	// registration made with its old grant.
+	t.mrMu.Lock()
+	defer t.mrMu.Unlock()
 	grant, need, err := mrGrant(target, addr, length)
 	if err != nil {
 		return errMessage(codeRejected, err)
@@ -702,6 +714,9 @@ func (p *peer) Do(ctx context.Context, op transfer.Opcode, local []byte, remoteA
 	}
 	attempts, err := transferSpans(ctx, splitSpans(n, uint64(p.t.cfg.SliceSize)), p.t.cfg.RetryCount, choose, run)
 	if err != nil {
+		// The rkey may be stale (the target unregistered the buffer and
+		// registered it again): the next request asks for it anew.
+		p.rkeys.removeOverlapping(rr.addr, rr.length)
 		return fmt.Errorf("rdma: %s of %d bytes at %#x on %s (%d attempts): %w", op, n, remoteAddr, p.name, attempts, err)
 	}
 	return nil
