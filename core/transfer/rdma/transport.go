@@ -40,8 +40,10 @@ type Transport struct {
 	srvCQs  []*cq       // per device, shared by target-side QPs; never polled (one-sided ops raise no target completions)
 	rails   *rails      // per-slice device choice
 	regions regionCache // this process's memory regions, each registered on every device
-	// mrMu orders serveMR's grant-then-register against DeregisterMemory.
-	mrMu sync.Mutex
+	// mrMu orders serveMR's grant-then-register (read-held: rkey requests
+	// run side by side, a slow ibv_reg_mr holding up no cache hit) against
+	// DeregisterMemory (write-held).
+	mrMu sync.RWMutex
 
 	srv transfer.ConnServer // control-channel listener and handlers
 
@@ -329,8 +331,8 @@ func (t *Transport) serveMR(target transfer.Target, addr, length uint64) *messag
 	// Held from the grant to the registration, so that a buffer
 	// unregistered meanwhile (DeregisterMemory waits) never keeps a
 	// registration made with its old grant.
-	t.mrMu.Lock()
-	defer t.mrMu.Unlock()
+	t.mrMu.RLock()
+	defer t.mrMu.RUnlock()
 	grant, need, err := mrGrant(target, addr, length)
 	if err != nil {
 		return errMessage(codeRejected, err)
